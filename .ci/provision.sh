@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Provision a Debian 12 CI host: Docker engine, compose v2, buildx, and the host tools the
+# tests drive (OpenSSH client, headless Chromium). Idempotent: safe to run on every CI start.
+set -euo pipefail
+
+log() { echo "INFO provision: $*"; }
+
+export DEBIAN_FRONTEND=noninteractive
+need_apt=()
+command -v dockerd >/dev/null || need_apt+=(docker.io)
+command -v debootstrap >/dev/null || need_apt+=(debootstrap)
+command -v ssh >/dev/null || need_apt+=(openssh-client)
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
+if ((${#need_apt[@]})); then
+  log "apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# Compose v2 and buildx are not packaged for bookworm; trixie's builds depend only on libc6.
+if ! docker compose version >/dev/null 2>&1 || ! docker buildx version >/dev/null 2>&1; then
+  log "installing docker-compose and docker-buildx from trixie"
+  tmp=$(mktemp -d)
+  mkdir -p "$tmp/lists/partial" "$tmp/archives/partial"
+  printf 'deb http://deb.debian.org/debian trixie main\n' >"$tmp/sources.list"
+  opts=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o "Dir::Etc::SourceParts=-"
+        -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache::Archives=$tmp/archives")
+  apt-get "${opts[@]}" update -qq
+  (cd "$tmp" && apt-get "${opts[@]}" download docker-compose docker-buildx)
+  dpkg -i "$tmp"/docker-compose_*.deb "$tmp"/docker-buildx_*.deb >/dev/null
+  rm -rf "$tmp"
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  log "starting dockerd"
+  # setsid: the engine outlives this script (tests and later steps use it).
+  setsid dockerd >/var/log/dockerd.log 2>&1 </dev/null &
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { echo "ERROR provision: dockerd did not start; see /var/log/dockerd.log"; exit 1; }
+fi
+log "docker $(docker version --format '{{.Server.Version}}'), $(docker compose version --short 2>/dev/null | head -1) compose, buildx $(docker buildx version | awk '{print $2}')"

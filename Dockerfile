@@ -1,0 +1,121 @@
+# yolo-rig: a training box for Ultralytics YOLO on NVIDIA GPUs.
+# CUDA 12.1 and cuDNN 8.9.2 come from PyPI's torch 2.3.1 wheels (nvidia-* packages), so the base
+# is plain Debian and the NVIDIA container toolkit only injects the driver.
+# Every Python package is installed from uv.lock, by hash; build with `make build`.
+
+ARG BASE_IMAGE=debian:bookworm-slim
+
+# ---------------------------------------------------------------------------------------------
+FROM ${BASE_IMAGE} AS base
+
+# DL4006: fail a RUN on the first broken command of a pipe.
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# An apt mirror, e.g. http://mirror.example/debian; empty keeps the base image's sources.
+ARG APT_MIRROR=""
+COPY docker/apt-install.sh /usr/local/lib/rig/apt-install.sh
+# python3 is Debian's 3.11, shared by builder and runtime so the venv's interpreter path holds.
+RUN --mount=type=secret,id=ca \
+    /usr/local/lib/rig/apt-install.sh --mirror "${APT_MIRROR}" python3 ca-certificates
+
+# ---------------------------------------------------------------------------------------------
+FROM base AS builder
+
+# python3-venv: its bundled pip bootstraps the hash-pinned uv below, nothing else.
+# binutils: strip-debug.sh (builder only; the runtime stage has no toolchain).
+RUN --mount=type=secret,id=ca \
+    /usr/local/lib/rig/apt-install.sh python3-venv binutils
+
+ARG PIP_INDEX_URL=https://pypi.org/simple
+ENV PIP_INDEX_URL=${PIP_INDEX_URL} \
+    UV_DEFAULT_INDEX=${PIP_INDEX_URL} \
+    UV_COMPILE_BYTECODE=1 \
+    UV_LINK_MODE=copy \
+    UV_PYTHON_DOWNLOADS=0 \
+    UV_NO_MANAGED_PYTHON=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+COPY docker/uv-requirements.txt /tmp/uv-requirements.txt
+RUN --mount=type=secret,id=ca \
+    --mount=type=cache,target=/root/.cache/pip \
+    [ -f /run/secrets/ca ] && export PIP_CERT=/run/secrets/ca; \
+    python3 -m venv /opt/uv \
+    && /opt/uv/bin/pip install --quiet --no-deps --require-hashes -r /tmp/uv-requirements.txt \
+    && ln -s /opt/uv/bin/uv /usr/local/bin/uv
+
+# Locked dependencies first, without the project, so editing entrypoint/ reuses this layer.
+# `uv export --locked` fails on a lock that no longer matches pyproject.toml: nothing re-resolves.
+# gpustat is an sdist built without isolation from the locked setuptools(-scm), hence two steps.
+RUN --mount=type=secret,id=ca \
+    --mount=type=cache,target=/root/.cache/uv \
+    --mount=type=bind,source=uv.lock,target=/src/uv.lock \
+    --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
+    [ -f /run/secrets/ca ] && export SSL_CERT_FILE=/run/secrets/ca; \
+    cd /src \
+    && uv export --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
+         --no-emit-package gpustat -o /tmp/req-base.txt \
+    && uv export --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
+         -o /tmp/requirements.txt \
+    && uv venv --quiet --python /usr/bin/python3.11 /opt/venv \
+    && uv pip install --python /opt/venv/bin/python --quiet --require-hashes --no-deps -r /tmp/req-base.txt \
+    && uv pip sync --python /opt/venv/bin/python --quiet --require-hashes --no-build-isolation \
+         /tmp/requirements.txt \
+    && cp /tmp/requirements.txt /opt/venv/requirements.lock.txt
+
+COPY docker/strip-debug.sh /usr/local/lib/rig/strip-debug.sh
+RUN /usr/local/lib/rig/strip-debug.sh /opt/venv
+
+# The project itself (the `rig` command): uv builds it with its own backend, offline.
+COPY pyproject.toml uv.lock README.md /src/
+COPY entrypoint /src/entrypoint
+RUN --mount=type=cache,target=/root/.cache/uv \
+    uv pip install --python /opt/venv/bin/python --quiet --no-deps --offline /src
+
+# ---------------------------------------------------------------------------------------------
+FROM base AS runtime
+
+# tini: PID 1 that reaps and forwards signals. openssh-server: the workstation's SSH.
+# fonts-dejavu-core: Ultralytics' plots get a local font instead of downloading Arial.
+# numactl: `numactl --hardware` for users checking the topology the entrypoint binds to.
+# procps, less: what people expect in an SSH session.
+RUN --mount=type=secret,id=ca \
+    /usr/local/lib/rig/apt-install.sh tini openssh-server fonts-dejavu-core numactl procps less \
+    && rm -f /etc/ssh/ssh_host_*
+
+COPY --from=builder /opt/venv /opt/venv
+
+# The NVIDIA container toolkit reads these to inject the driver.
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONUNBUFFERED=1 \
+    LANG=C.UTF-8
+
+# The unprivileged user; its uid/gid are remapped at start by RIG_UID/RIG_GID.
+RUN groupadd --gid 1000 yolo \
+    && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash yolo \
+    && mkdir -p /workspace \
+    && chown yolo:yolo /workspace
+
+WORKDIR /workspace
+EXPOSE 2222 8888 6006
+
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/rig", "exec", "--"]
+CMD ["rig", "serve"]
+
+# Last, so a new revision changes only metadata.
+ARG GIT_REVISION=unknown
+ARG CUDA_VERSION=unknown
+ARG CUDNN_VERSION=unknown
+ARG TORCH_VERSION=unknown
+ARG ULTRALYTICS_VERSION=unknown
+ENV RIG_GIT_REVISION=${GIT_REVISION}
+LABEL org.opencontainers.image.title="yolo-rig" \
+      org.opencontainers.image.description="Ultralytics YOLO training on CUDA ${CUDA_VERSION}" \
+      org.opencontainers.image.revision="${GIT_REVISION}" \
+      org.opencontainers.image.licenses="AGPL-3.0-only" \
+      io.yolo-rig.cuda="${CUDA_VERSION}" \
+      io.yolo-rig.cudnn="${CUDNN_VERSION}" \
+      io.yolo-rig.torch="${TORCH_VERSION}" \
+      io.yolo-rig.ultralytics="${ULTRALYTICS_VERSION}"

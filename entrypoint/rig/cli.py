@@ -1,0 +1,57 @@
+"""`rig`: the image's entrypoint. Each command is a function returning an exit code.
+
+Every command lives in its own module, which exposes `register(subparsers)`; the modules keep
+heavy imports (torch, ultralytics) inside the command functions so `rig --version` stays instant.
+"""
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rig import log, versions
+from rig.errors import RigError
+
+# One module per command group, in the order `rig --help` lists them.
+COMMAND_MODULES: tuple[str, ...] = ("rig.execcmd",)
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the image's stack versions and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(versions.describe())
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rig", description="The yolo-rig training box.")
+    parser.add_argument("--version", action=_VersionAction)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    log.setup()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        code: int = args.func(args)
+        return code
+    except RigError as e:
+        logging.getLogger("rig").error("%s", e)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
