@@ -46,13 +46,13 @@ RUN --mount=type=secret,id=ca \
 # Locked dependencies first, without the project, so editing entrypoint/ reuses this layer.
 # `uv export --locked` fails on a lock that no longer matches pyproject.toml: nothing re-resolves.
 # gpustat is an sdist built without isolation from the locked setuptools(-scm), hence two steps.
+WORKDIR /src
 RUN --mount=type=secret,id=ca \
     --mount=type=cache,target=/root/.cache/uv \
     --mount=type=bind,source=uv.lock,target=/src/uv.lock \
     --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
     [ -f /run/secrets/ca ] && export SSL_CERT_FILE=/run/secrets/ca; \
-    cd /src \
-    && uv export --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
+    uv export --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
          --no-emit-package gpustat -o /tmp/req-base.txt \
     && uv export --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
          -o /tmp/requirements.txt \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -70,7 +71,9 @@ class Containers:
         self.started.append(container)
         return container
 
-    def exec(self, container: Any, cmd: str | list[str], timeout: int = 120, **kwargs: Any) -> tuple[int, str]:
+    def exec(
+        self, container: Any, cmd: str | list[str], timeout: int = 120, **kwargs: Any
+    ) -> tuple[int, str]:
         """Run a command inside a running container, bounded by coreutils timeout."""
         argv = ["timeout", str(timeout), *(["bash", "-c", cmd] if isinstance(cmd, str) else cmd)]
         result = container.exec_run(argv, demux=False, **kwargs)
@@ -89,10 +92,8 @@ class Containers:
 
     def cleanup(self) -> None:
         for container in self.started:
-            try:
+            with contextlib.suppress(Exception):
                 container.remove(force=True, v=True)
-            except Exception:
-                pass
 
 
 @pytest.fixture
