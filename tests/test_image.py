@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import shutil
+import subprocess
 import tarfile
 import tomllib
 from pathlib import Path
@@ -267,3 +270,28 @@ def test_offline_train_val_predict_export(containers: Containers) -> None:
     assert result["network_attempts"] == [], result["network_attempts"]
     for marker in ("Downloading", "github.com/ultralytics", "ConnectionError", "are offline", "WARNING"):
         assert marker not in out, f"{marker!r} in output:\n{out[-4000:]}"
+
+
+@pytest.mark.slow
+def test_build_fails_on_a_stale_lock(tmp_path: Path, image: str) -> None:
+    """A pyproject.toml edited without `make lock` stops the build; nothing is re-resolved."""
+    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "uv.lock", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for name in ("docker", "entrypoint"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    pyproject = tmp_path / "pyproject.toml"
+    text = pyproject.read_text()
+    pyproject.write_text(text.replace('    "pyyaml",\n', '    "pyyaml",\n    "tqdm>=4.0",\n', 1))
+    assert pyproject.read_text() != text
+    ca = Path("/etc/ssl/certs/ca-certificates.crt")
+    secret = ["--secret", f"id=ca,src={ca}"] if ca.exists() else []
+    result = subprocess.run(
+        ["docker", "build", *secret, "--target", "builder", "-t", "rig-test-stale-lock", str(tmp_path)],
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert "needs to be updated" in out, out[-3000:]
