@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# GPU check for the launch area (issue 4), unattended, a few minutes on one NVIDIA GPU.
+# Needs: the NVIDIA driver (nvidia-smi), python3 with torch; Ultralytics is optional (the training
+# step is skipped with a reason without it). No Docker, no network. Run from the repository root:
+#   OUT=/tmp/out tools/gpu_check_launch.sh
+# Writes under $OUT: topo.txt, gpus.csv, plan.json, plan.txt, discovery.json, launch.log,
+# train.log, summary.txt. Exit 0 when every check that ran passed.
+set -uo pipefail
+
+OUT=${OUT:?set OUT to a directory for the results}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}
+export PYTHONPATH="$REPO/entrypoint${PYTHONPATH:+:$PYTHONPATH}"
+export YOLO_OFFLINE=1
+mkdir -p "$OUT"
+: >"$OUT/summary.txt"
+status=0
+
+result() { # name pass|fail|skip detail
+    echo "$1: $2 ${3:-}" | tee -a "$OUT/summary.txt"
+    [ "$2" = fail ] && status=1
+    return 0
+}
+
+nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
+nvidia-smi --query-gpu=index,pci.bus_id,uuid,name --format=csv,noheader >"$OUT/gpus.csv" 2>&1
+timeout 60 "$PY" -m rig plan --json >"$OUT/plan.json" 2>"$OUT/plan.err" || result plan fail "$(tail -1 "$OUT/plan.err")"
+timeout 60 "$PY" -m rig plan >"$OUT/plan.txt" 2>&1
+
+# 1. Discovery against nvidia-smi: same GPUs in the same order, NUMA node and CPUs as topo -m says.
+timeout 60 "$PY" - "$OUT" <<'EOF' && result discovery pass || result discovery fail "see discovery.json"
+import json, re, sys
+from pathlib import Path
+from rig.topology import normalize_bus_id, parse_cpulist, read_topology
+
+out = Path(sys.argv[1])
+smi = [line.split(", ") for line in (out / "gpus.csv").read_text().splitlines() if line.strip()]
+topo = read_topology()
+report = {"source": topo.source, "gpus": [], "problems": []}
+if [normalize_bus_id(r[1]) for r in smi] != [g.bus_id for g in topo.gpus]:
+    report["problems"].append("GPU list or order differs from nvidia-smi")
+# topo -m rows: GPU0 ... <CPU Affinity> <NUMA Affinity> [<GPU NUMA ID>]
+header = next((l for l in (out / "topo.txt").read_text().splitlines() if "CPU Affinity" in l), "")
+cols = re.split(r"\t+", header.strip())
+for line in (out / "topo.txt").read_text().splitlines():
+    m = re.match(r"^GPU(\d+)\t", line)
+    if not m:
+        continue
+    fields = re.split(r"\t+", line.strip())
+    row = dict(zip(["name", *cols], fields))
+    i = int(m.group(1))
+    gpu = topo.gpus[i] if i < len(topo.gpus) else None
+    entry = {"gpu": i, "smi_cpus": row.get("CPU Affinity"), "smi_numa": row.get("NUMA Affinity"),
+             "rig_cpus": sorted(gpu.local_cpus) if gpu else None, "rig_numa": gpu.numa_node if gpu else None}
+    report["gpus"].append(entry)
+    if gpu is None:
+        report["problems"].append(f"GPU{i} missing from rig's topology")
+        continue
+    numa = row.get("NUMA Affinity", "N/A")
+    if numa not in ("N/A", "") and numa.isdigit() and int(numa) != gpu.numa_node:
+        report["problems"].append(f"GPU{i}: NUMA {gpu.numa_node} vs nvidia-smi {numa}")
+    cpus = row.get("CPU Affinity", "N/A")
+    if re.fullmatch(r"[0-9,\-]+", cpus or "") and parse_cpulist(cpus) != gpu.local_cpus:
+        report["problems"].append(f"GPU{i}: CPUs {sorted(gpu.local_cpus)} vs nvidia-smi {cpus}")
+(out / "discovery.json").write_text(json.dumps(report, indent=2))
+sys.exit(1 if report["problems"] else 0)
+EOF
+
+# 2. One rank through torchrun and the binder: affinity, memory policy, a CUDA all-reduce.
+cat >"$OUT/probe.py" <<'EOF'
+import ctypes, json, os
+import torch, torch.distributed as dist
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+t = torch.ones(1, device="cuda") * (dist.get_rank() + 1)
+dist.all_reduce(t)
+libc = ctypes.CDLL(None, use_errno=True)
+mode, mask = ctypes.c_int(-1), (ctypes.c_ulong * 16)()
+rc = libc.syscall(239, ctypes.byref(mode), mask, ctypes.c_ulong(16 * 64), None, ctypes.c_ulong(0))
+os.write(1, ("PROBE " + json.dumps({"affinity": sorted(os.sched_getaffinity(0)), "sum": t.item(),
+      "mempolicy": [mode.value, mask[0]] if rc == 0 else None, "RIG_CPUS": os.environ.get("RIG_CPUS"),
+      "gpu": torch.cuda.get_device_name()}) + "\n").encode())
+dist.destroy_process_group()
+EOF
+if timeout 180 "$PY" -m rig launch --gpus 1 -- "$PY" "$OUT/probe.py" >"$OUT/launch.log" 2>&1 \
+    && grep -q '^PROBE ' "$OUT/launch.log"; then
+    result launch pass "$(grep '^PROBE ' "$OUT/launch.log" | head -1)"
+else
+    result launch fail "see launch.log"
+fi
+
+# 3. A short single-rank training run through `rig train` (torchrun + binder + trainer).
+if "$PY" -c "import ultralytics" 2>/dev/null; then
+    timeout 120 "$PY" -m rig demo-data "$OUT/demo" --train 64 --val 16 --imgsz 320 >"$OUT/train.log" 2>&1
+    if timeout 300 "$PY" -m rig train --gpus 1 data="$OUT/demo/data.yaml" model=yolo11n.yaml epochs=2 \
+        imgsz=320 batch=16 project="$OUT/runs" name=check plots=False >>"$OUT/train.log" 2>&1 \
+        && [ -f "$OUT/runs/check/weights/last.pt" ]; then
+        result train pass "$OUT/runs/check"
+    else
+        result train fail "see train.log"
+    fi
+else
+    result train skip "ultralytics is not installed here"
+fi
+exit "$status"
