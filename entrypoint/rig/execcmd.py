@@ -1,13 +1,33 @@
-"""`rig exec -- CMD`: the image's ENTRYPOINT. Prepare the environment, log it, then exec CMD."""
+"""`rig exec -- CMD`: the image's ENTRYPOINT. Prepare the environment, then exec CMD.
+
+Started as root it gives user yolo the ids in RIG_UID/RIG_GID, applies the GPU environment, and
+runs CMD as yolo, except `rig serve` (sshd needs root; it drops privileges for its services) and
+RIG_USER=root. Started as another user (`docker run --user`), it execs CMD as that user.
+"""
+
+from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rig import log
+from rig import log, users
 from rig.errors import RigError
 
 _logger = log.get("exec")
+
+
+def gpu_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment with issue 4's GPU variables added (the user's own values win)."""
+    from rig import gpuenv
+
+    return gpuenv.updated(environ)
+
+
+def stays_root(command: Sequence[str], environ: Mapping[str, str]) -> bool:
+    is_serve = len(command) >= 2 and os.path.basename(command[0]) == "rig" and command[1] == "serve"
+    return is_serve or environ.get("RIG_USER", "").strip() == "root"
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -16,8 +36,23 @@ def cmd_exec(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise RigError("rig exec: no command given; usage: rig exec -- COMMAND [ARG...]")
+    env = gpu_environment(os.environ)
+    user = env.get("RIG_USER", "").strip()
+    if user not in ("", users.USER, "root"):
+        raise RigError(f"RIG_USER={user!r}: use `yolo` (the default) or `root`")
+    if os.geteuid() == 0:
+        ids = users.requested_ids(env, users.current_ids())
+        users.remap(ids)
+        if not stays_root(command, env):
+            env = users.session_environ(env)
+            users.drop_privileges(ids)
+    elif env.get("RIG_UID", "").strip() and env["RIG_UID"].strip() != str(os.geteuid()):
+        raise RigError(
+            f"RIG_UID={env['RIG_UID']} needs the container to start as root, but it runs as uid "
+            f"{os.geteuid()}; remove `--user` / `user:` (the entrypoint switches to yolo itself)"
+        )
     try:
-        os.execvp(command[0], command)
+        os.execvpe(command[0], command, env)
     except FileNotFoundError:
         raise RigError(f"command not found: {command[0]!r}; is it installed in the image?", 127) from None
     except PermissionError:

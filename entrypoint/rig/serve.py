@@ -1,0 +1,124 @@
+"""`rig serve`: the workstation (SSH, JupyterLab, TensorBoard), supervised. The image's default command.
+
+Order matters: every input is checked first (bad input exits with one line before anything
+listens), then state is prepared (host keys, token, session environment), then the supervisor
+starts the services and stays in the foreground until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import secrets
+from pathlib import Path
+from typing import Any
+
+from rig import log, serveconfig, services, sessionenv, sshd, users
+from rig.errors import RigError
+from rig.supervisor import Policy, Supervisor, install_signal_handlers
+
+STATE_DIR = Path("/var/lib/rig")  # the `state` volume
+TOKEN_FILE = STATE_DIR / "jupyter_token"
+STATE_FILE = Path("/run/rig/services.json")  # what `rig health` reads
+
+_logger = log.get("serve")
+
+
+def _stop_timeout(environ: dict[str, str]) -> float:
+    raw = environ.get("RIG_STOP_TIMEOUT", "10")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1
+    if not 0 < value <= 300:
+        raise RigError(
+            f"RIG_STOP_TIMEOUT={raw!r}: use seconds between 1 and 300, below compose's stop_grace_period"
+        )
+    return value
+
+
+def load_or_create_token(path: Path = TOKEN_FILE) -> str:
+    """The generated Jupyter token, created once: a re-created container keeps its bookmarks."""
+    if path.exists():
+        token = path.read_text().strip()
+        if token:
+            return token
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    token = secrets.token_hex(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def _seed_notebooks() -> None:
+    try:
+        from rig.workspace import seed_notebooks  # issue 7's module; the image may predate it
+    except ImportError:
+        return
+    seed_notebooks()
+
+
+def _prepare_workspace(ids: users.Ids) -> None:
+    services.RUNS.mkdir(parents=True, exist_ok=True)
+    if services.RUNS.stat().st_uid == 0:
+        os.chown(services.RUNS, ids.uid, ids.gid)
+    _seed_notebooks()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0:
+        raise RigError(
+            "rig serve must start as root (sshd needs it; the services run as user yolo); remove `--user` "
+            "/ `user:` and set RIG_UID/RIG_GID to choose yolo's ids"
+        )
+    environ = dict(os.environ)
+    names = services.enabled(environ)
+    config = serveconfig.load(environ)
+    stop_timeout = _stop_timeout(environ)
+    ids = users.current_ids()
+
+    # Queue signals from here on: a TERM during the start is handled as a clean stop.
+    STATE_FILE.unlink(missing_ok=True)  # a restarted container must not look healthy from the last run
+    events: queue.SimpleQueue[int] = queue.SimpleQueue()
+    install_signal_handlers(events)
+
+    STATE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    sessionenv.write(environ)
+    if "sshd" in names:
+        sshd.prepare_runtime_dir()
+        for print_ in sshd.ensure_host_keys():
+            _logger.info("SSH host key %s", print_)
+        sshd.install_keys(list(config.keys), users.USER)
+        sshd.set_password(users.USER, config.password)
+        how = ", ".join(
+            [f"{len(config.keys)} key(s)"] * bool(config.keys)
+            + ["a password"] * (config.password is not None)
+        )
+        if how:
+            port = environ.get("RIG_SSH_PUBLISHED_PORT", str(sshd.PORT))
+            _logger.info("SSH: ssh -p %s %s@HOST (%s)", port, users.USER, how)
+        else:
+            _logger.warning(
+                "SSH: no key and no password, nobody can log in; set SSH_PUBLIC_KEY (or mount "
+                "/run/secrets/authorized_keys, or set SSH_PASSWORD_FILE)"
+            )
+    token = config.jupyter_token or (load_or_create_token() if "jupyter" in names else "")
+    if "jupyter" in names or "tensorboard" in names:
+        _prepare_workspace(ids)
+    if "jupyter" in names:
+        url = f"http://localhost:{environ.get('RIG_JUPYTER_PUBLISHED_PORT', services.JUPYTER_PORT)}/lab"
+        if config.jupyter_token is None:
+            _logger.info("JupyterLab: %s?token=%s (token kept in %s)", url, token, TOKEN_FILE)
+        else:
+            _logger.info("JupyterLab: %s (token: the one you set)", url)
+
+    specs = services.plan(names, environ, token=token, password_login=config.password is not None, ids=ids)
+    policy = Policy(stop_timeout=stop_timeout)
+    return Supervisor(specs, events=events, policy=policy, state_file=STATE_FILE).run()
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run sshd, JupyterLab and TensorBoard, supervised (the default command)")
+    p.set_defaults(func=cmd_serve)

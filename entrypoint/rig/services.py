@@ -1,0 +1,93 @@
+"""What `rig serve` runs: sshd, JupyterLab and TensorBoard, as pure descriptions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rig import sshd, users
+from rig.errors import RigError
+
+WORKSPACE = Path("/workspace")
+RUNS = WORKSPACE / "runs"
+JUPYTER_PORT = 8888
+TENSORBOARD_PORT = 6006
+ALL = ("sshd", "jupyter", "tensorboard")
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    name: str
+    argv: tuple[str, ...]
+    port: int  # it is RUNNING once this port accepts connections on 127.0.0.1
+    env: Mapping[str, str] = field(default_factory=dict)
+    ids: users.Ids | None = None  # None: stays root (sshd drops privileges per login itself)
+    cwd: Path = Path("/")
+
+
+def enabled(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """RIG_SERVICES: a comma-separated subset of sshd,jupyter,tensorboard (default: all)."""
+    raw = environ.get("RIG_SERVICES", "").strip()
+    if not raw:
+        return ALL
+    names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+    unknown = [n for n in names if n not in ALL]
+    if unknown or not names:
+        raise RigError(f"RIG_SERVICES={raw!r}: unknown service {unknown!r}; choose among {','.join(ALL)}")
+    return names
+
+
+def _without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k not in ("SSH_PASSWORD", "JUPYTER_TOKEN")}
+
+
+def sshd_spec(environ: Mapping[str, str], password_login: bool) -> ServiceSpec:
+    # sshd gives each login a clean environment; the session's comes from rig.sessionenv.
+    return ServiceSpec("sshd", tuple(sshd.command(password_login)), sshd.PORT, _without_secrets(environ))
+
+
+def jupyter_spec(environ: Mapping[str, str], token: str, ids: users.Ids) -> ServiceSpec:
+    argv = (
+        "/opt/venv/bin/python",
+        "-m",
+        "rig.labserver",  # `jupyter lab`, minus a slow import (see there)
+        "--no-browser",
+        "--ServerApp.ip=0.0.0.0",
+        f"--ServerApp.port={JUPYTER_PORT}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={WORKSPACE}",
+        # The box is offline by default: no update checks or news feed from the browser's server.
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    )
+    env = users.session_environ(_without_secrets(environ))
+    # The token travels in the environment, not argv, which every local user can read with ps.
+    env["JUPYTER_TOKEN"] = token
+    return ServiceSpec("jupyter", argv, JUPYTER_PORT, env, ids, WORKSPACE)
+
+
+def tensorboard_spec(environ: Mapping[str, str], ids: users.Ids) -> ServiceSpec:
+    argv = (
+        # Below Jupyter and training in CPU priority: a viewer, and slow to start on a busy box.
+        "nice",
+        "-n",
+        "10",
+        "/opt/venv/bin/tensorboard",
+        f"--logdir={RUNS}",
+        "--host=0.0.0.0",
+        f"--port={TENSORBOARD_PORT}",
+    )
+    env = users.session_environ(_without_secrets(environ))
+    return ServiceSpec("tensorboard", argv, TENSORBOARD_PORT, env, ids, WORKSPACE)
+
+
+def plan(
+    names: Sequence[str], environ: Mapping[str, str], *, token: str, password_login: bool, ids: users.Ids
+) -> list[ServiceSpec]:
+    builders = {
+        "sshd": lambda: sshd_spec(environ, password_login),
+        "jupyter": lambda: jupyter_spec(environ, token, ids),
+        "tensorboard": lambda: tensorboard_spec(environ, ids),
+    }
+    return [builders[name]() for name in names]

@@ -1,0 +1,102 @@
+"""The unprivileged user `yolo`: its uid/gid follow RIG_UID/RIG_GID so bind-mounted files belong to
+the host user, and the helpers that run a program as that user."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rig import log
+from rig.errors import RigError
+
+USER = "yolo"
+HOME = Path("/home/yolo")
+SHELL = "/bin/bash"
+# Top-level directories the user must own after a remap (named volumes keep the image's 1000).
+OWNED_DIRS = (Path("/workspace"),)
+_MAX_ID = 2**31 - 2
+
+_logger = log.get("users")
+
+
+@dataclass(frozen=True)
+class Ids:
+    uid: int
+    gid: int
+
+
+def _parse_id(name: str, raw: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise RigError(
+            f"{name}={raw!r} is not a number; set it to your host id, e.g. {name}=$(id -u)"
+        ) from None
+    if value == 0:
+        raise RigError(
+            f"{name}=0 would run SSH logins, Jupyter and training as root; set {name} to an unprivileged "
+            "host id (`id -u` / `id -g` of your user), or leave it unset for 1000"
+        )
+    if not 0 < value <= _MAX_ID:
+        raise RigError(f"{name}={raw!r} is out of range; use a host id between 1 and {_MAX_ID}")
+    return value
+
+
+def requested_ids(environ: Mapping[str, str], current: Ids) -> Ids:
+    """The ids asked for by RIG_UID/RIG_GID; RIG_GID defaults to RIG_UID when only that is set."""
+    raw_uid = environ.get("RIG_UID", "").strip()
+    raw_gid = environ.get("RIG_GID", "").strip()
+    uid = _parse_id("RIG_UID", raw_uid) if raw_uid else current.uid
+    gid = _parse_id("RIG_GID", raw_gid) if raw_gid else (uid if raw_uid else current.gid)
+    return Ids(uid, gid)
+
+
+def current_ids(root: Path = Path("/")) -> Ids:
+    """yolo's uid and gid as /etc/passwd has them."""
+    for line in (root / "etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if len(fields) >= 4 and fields[0] == USER:
+            return Ids(int(fields[2]), int(fields[3]))
+    raise RigError(f"user {USER!r} is missing from /etc/passwd; the image is broken, rebuild it")
+
+
+def remap(target: Ids, root: Path = Path("/")) -> bool:
+    """Give yolo the target ids (needs root). Returns whether anything changed."""
+    current = current_ids(root)
+    if current == target:
+        return False
+    # -o: the host's ids may already be taken inside the image (e.g. gid 100 `users`).
+    if current.gid != target.gid:
+        _run(["groupmod", "-o", "-g", str(target.gid), USER])
+    if current.uid != target.uid:
+        _run(["usermod", "-o", "-u", str(target.uid), USER])  # also chowns the home directory
+    if current.gid != target.gid:
+        _run(["chown", "-R", f"{target.uid}:{target.gid}", str(HOME)])
+    for directory in OWNED_DIRS:
+        if directory.is_dir() and directory.stat().st_uid == current.uid:
+            os.chown(directory, target.uid, target.gid)
+    _logger.info("user %s now has uid %d gid %d (RIG_UID/RIG_GID)", USER, target.uid, target.gid)
+    return True
+
+
+def _run(argv: list[str]) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RigError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
+
+
+def session_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a program run as yolo: the container's, with yolo's identity."""
+    env = dict(environ)
+    env.update(HOME=str(HOME), USER=USER, LOGNAME=USER, SHELL=SHELL)
+    return env
+
+
+def drop_privileges(ids: Ids) -> None:
+    """Become yolo for good (this process and what it execs)."""
+    os.setgroups([])
+    os.setgid(ids.gid)
+    os.setuid(ids.uid)

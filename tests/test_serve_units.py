@@ -1,0 +1,386 @@
+"""`rig serve`'s pieces on the host: input checks, session environment, the supervisor's state machine."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rig import execcmd, serveconfig, services, sessionenv, sshd, users
+from rig.errors import RigError
+from rig.supervisor import Policy, State, Status, Supervisor, after_exit, classify, listening
+
+needs_ssh_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
+CURRENT = users.Ids(1000, 1000)
+
+
+# ---- users -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, users.Ids(1000, 1000)),
+        ({"RIG_UID": "1234"}, users.Ids(1234, 1234)),
+        ({"RIG_UID": "1234", "RIG_GID": "100"}, users.Ids(1234, 100)),
+        ({"RIG_GID": "100"}, users.Ids(1000, 100)),
+        ({"RIG_UID": " 501 ", "RIG_GID": ""}, users.Ids(501, 501)),
+    ],
+)
+def test_requested_ids(environ: dict[str, str], expected: users.Ids) -> None:
+    assert users.requested_ids(environ, CURRENT) == expected
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"RIG_UID": "0"}, "RIG_UID=0 would run SSH logins, Jupyter and training as root"),
+        ({"RIG_UID": "1000", "RIG_GID": "0"}, "RIG_GID=0 would run"),
+        ({"RIG_UID": "bob"}, "RIG_UID='bob' is not a number"),
+        ({"RIG_UID": "-5"}, "RIG_UID='-5' is out of range"),
+    ],
+)
+def test_requested_ids_refuses(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(RigError, match=message.replace("(", r"\(")):
+        users.requested_ids(environ, CURRENT)
+
+
+def test_current_ids_reads_passwd(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/passwd").write_text(
+        "root:x:0:0::/root:/bin/bash\nyolo:x:1234:99::/home/yolo:/bin/bash\n"
+    )
+    assert users.current_ids(tmp_path) == users.Ids(1234, 99)
+    (tmp_path / "etc/passwd").write_text("root:x:0:0::/root:/bin/bash\n")
+    with pytest.raises(RigError, match="missing"):
+        users.current_ids(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("command", "environ", "root"),
+    [
+        (["rig", "serve"], {}, True),
+        (["/opt/venv/bin/rig", "serve"], {}, True),
+        (["rig", "train"], {}, False),
+        (["python", "-c", "1"], {}, False),
+        (["python"], {"RIG_USER": "root"}, True),
+        (["bash", "-c", "rig serve"], {}, False),
+    ],
+)
+def test_only_serve_or_rig_user_root_stays_root(
+    command: list[str], environ: dict[str, str], root: bool
+) -> None:
+    assert execcmd.stays_root(command, environ) is root
+
+
+# ---- SSH input ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pubkey(tmp_path_factory: pytest.TempPathFactory) -> str:
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("needs ssh-keygen")
+    key = tmp_path_factory.mktemp("key") / "id"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "me@laptop", "-f", key], check=True)
+    return key.with_suffix(".pub").read_text().strip()
+
+
+def test_parse_keys_skips_blanks_and_comments() -> None:
+    keys = sshd.parse_keys("\n# mine\nssh-ed25519 AAAA a\n  \nssh-rsa BBBB b\n", "SSH_PUBLIC_KEY")
+    assert [(k.line, k.source) for k in keys] == [
+        ("ssh-ed25519 AAAA a", "SSH_PUBLIC_KEY line 3"),
+        ("ssh-rsa BBBB b", "SSH_PUBLIC_KEY line 5"),
+    ]
+
+
+@needs_ssh_keygen
+def test_valid_keys_pass_and_a_truncated_key_names_its_line(pubkey: str) -> None:
+    sshd.validate_keys(sshd.parse_keys(f'{pubkey}\nfrom="10.0.0.0/8" {pubkey}', "SSH_PUBLIC_KEY"))
+    truncated = pubkey[:40] + pubkey[41:]
+    with pytest.raises(RigError, match=r"SSH_PUBLIC_KEY line 2 is not a valid SSH public key"):
+        sshd.validate_keys(sshd.parse_keys(f"{pubkey}\n{truncated}", "SSH_PUBLIC_KEY"))
+
+
+@needs_ssh_keygen
+def test_load_reads_keys_password_and_token_files(tmp_path: Path, pubkey: str) -> None:
+    (tmp_path / "authorized_keys").write_text(pubkey + "\n")
+    (tmp_path / "pw").write_text("correct horse\n")
+    config = serveconfig.load(
+        {"SSH_PASSWORD_FILE": str(tmp_path / "pw"), "JUPYTER_TOKEN": "abc123"}, tmp_path
+    )
+    assert [k.line for k in config.keys] == [pubkey]
+    assert config.password == "correct horse"
+    assert config.jupyter_token == "abc123"
+    empty = serveconfig.load({"SSH_PASSWORD": "", "JUPYTER_TOKEN": ""}, tmp_path / "none")
+    assert (empty.keys, empty.password, empty.jupyter_token) == ((), None, None)
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"SSH_PASSWORD": "short"}, "SSH_PASSWORD is shorter than 8 characters"),
+        ({"SSH_PASSWORD_FILE": "/nonexistent/pw"}, r"SSH_PASSWORD_FILE=/nonexistent/pw: cannot read"),
+        (
+            {"SSH_PASSWORD": "longenough", "SSH_PASSWORD_FILE": "/x"},
+            "both SSH_PASSWORD and SSH_PASSWORD_FILE",
+        ),
+        ({"JUPYTER_TOKEN_FILE": "/nonexistent/t"}, "JUPYTER_TOKEN_FILE=/nonexistent/t: cannot read"),
+        ({"JUPYTER_TOKEN": "two words"}, "JUPYTER_TOKEN contains spaces"),
+        ({"SSH_PUBLIC_KEY": "ssh-ed25519 not-base64"}, "SSH_PUBLIC_KEY line 1 is not a valid SSH public key"),
+    ],
+)
+@needs_ssh_keygen
+def test_load_refuses_bad_input(tmp_path: Path, environ: dict[str, str], message: str) -> None:
+    with pytest.raises(RigError, match=message):
+        serveconfig.load(environ, tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_secret_file(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("longenough")
+    secret.chmod(0)
+    with pytest.raises(RigError, match="Permission denied"):
+        serveconfig.load({"SSH_PASSWORD_FILE": str(secret)}, tmp_path)
+
+
+def test_services_selection() -> None:
+    assert services.enabled({}) == ("sshd", "jupyter", "tensorboard")
+    assert services.enabled({"RIG_SERVICES": "jupyter, sshd"}) == ("jupyter", "sshd")
+    with pytest.raises(RigError, match="unknown service"):
+        services.enabled({"RIG_SERVICES": "sshd,vnc"})
+
+
+def test_jupyter_token_travels_in_the_environment_not_argv() -> None:
+    spec = services.jupyter_spec({"PATH": "/opt/venv/bin", "SSH_PASSWORD": "hunter22"}, "tok", CURRENT)
+    assert not any("tok" in arg for arg in spec.argv)
+    assert spec.env["JUPYTER_TOKEN"] == "tok"
+    assert "SSH_PASSWORD" not in spec.env
+    assert spec.env["HOME"] == "/home/yolo"
+    assert "--ServerApp.root_dir=/workspace" in spec.argv
+
+
+# ---- session environment -----------------------------------------------------------------------
+TRICKY = {
+    "PATH": "/opt/venv/bin:/usr/bin:/bin",
+    "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    "RIG_QUOTES": 'it\'s "quoted" $HOME `id` \\n back\\slash; #not-a-comment',
+    "RIG_MULTILINE": "one\ntwo",
+    "SSH_PASSWORD": "hunter22",
+    "JUPYTER_TOKEN": "secret-token",
+    "HOME": "/root",
+    "SSH_PUBLIC_KEY": "ssh-ed25519 AAAA",
+    "BAD-NAME": "x",
+}
+
+
+def test_session_variables_drop_secrets_and_per_session_values() -> None:
+    names = set(sessionenv.session_variables(TRICKY))
+    assert names == {"PATH", "CUDA_DEVICE_ORDER", "RIG_QUOTES", "RIG_MULTILINE"}
+
+
+def test_profile_round_trips_through_bash(tmp_path: Path) -> None:
+    profile = tmp_path / "rig-env.sh"
+    profile.write_text(sessionenv.render_profile(TRICKY))
+    env = {"PATH": "/usr/bin:/bin", "JUPYTER_TOKEN": "leak", "HOME": str(tmp_path)}
+    out = subprocess.run(
+        ["bash", "-c", f". {profile}; python3 -c 'import json, os; print(json.dumps(dict(os.environ)))'"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    import json
+
+    seen = json.loads(out)
+    for name in ("PATH", "CUDA_DEVICE_ORDER", "RIG_QUOTES", "RIG_MULTILINE"):
+        assert seen[name] == TRICKY[name]
+    assert "JUPYTER_TOKEN" not in seen
+    assert seen["HOME"] == str(tmp_path)
+
+
+def test_sshd_setenv_is_one_line_quoted_for_sshd() -> None:
+    text = sessionenv.render_sshd(TRICKY)
+    setenv = [line for line in text.splitlines() if not line.startswith("#")]
+    assert len(setenv) == 1 and setenv[0].startswith("SetEnv ")
+    assert '"RIG_QUOTES=it\'s \\"quoted\\" $HOME `id` \\\\n back\\\\slash; #not-a-comment"' in setenv[0]
+    assert "RIG_MULTILINE" not in text and "hunter22" not in text and "secret-token" not in text
+
+
+# ---- supervisor: pure transitions ----------------------------------------------------------------
+POLICY = Policy(max_failures=3, backoff_base=1, backoff_cap=3, stable_after=60)
+
+
+def test_backoff_grows_then_fatal() -> None:
+    s = Status(State.STARTING, since=0)
+    s = after_exit(s, 1, POLICY)
+    assert (s.state, s.failures, s.retry_at) == (State.BACKOFF, 1, 2)
+    s = after_exit(Status(State.STARTING, 2, s.failures), 3, POLICY)
+    assert (s.state, s.failures, s.retry_at) == (State.BACKOFF, 2, 5)
+    s = after_exit(Status(State.STARTING, 5, s.failures), 6, POLICY)
+    assert (s.state, s.failures) == (State.FATAL, 3)
+
+
+def test_a_stable_run_resets_the_failure_count() -> None:
+    s = after_exit(Status(State.RUNNING, since=0, failures=2), 61, POLICY)
+    assert (s.state, s.failures, s.retry_at) == (State.BACKOFF, 1, 62)
+    s = after_exit(Status(State.RUNNING, since=0, failures=2), 30, POLICY)
+    assert s.state is State.FATAL
+
+
+@pytest.mark.parametrize(
+    ("line", "level", "text"),
+    [
+        (
+            "[I 2026-11-29 14:00:00.123 ServerApp] Jupyter Server is running",
+            logging.INFO,
+            "ServerApp: Jupyter",
+        ),
+        ("[W 2026-11-29 14:00:00.123 LabApp] Could not determine", logging.WARNING, "LabApp: Could not"),
+        ("[E 2026-11-29 14:00:00.123 ServerApp] 500 GET /api", logging.ERROR, "ServerApp: 500 GET"),
+        ("W1129 14:00:00.123456 140 plugin.py:12] no data", logging.WARNING, "no data"),
+        ("error: Bind to port 2222 on 0.0.0.0 failed", logging.ERROR, "error: Bind"),
+        ("fatal: Cannot bind any address.", logging.ERROR, "fatal: Cannot"),
+        ("Server listening on 0.0.0.0 port 2222.", logging.INFO, "Server listening"),
+        ("/x.py:3: DeprecationWarning: old", logging.WARNING, "/x.py:3"),
+        ("Traceback (most recent call last):", logging.ERROR, "Traceback"),
+    ],
+)
+def test_classify_service_lines(line: str, level: int, text: str) -> None:
+    got_level, got_text = classify(line)
+    assert got_level == level
+    assert got_text.startswith(text)
+
+
+def test_listening_reads_proc_net_tcp(tmp_path: Path) -> None:
+    (tmp_path / "net").mkdir()
+    header = "  sl  local_address rem_address   st tx_queue rx_queue\n"
+    (tmp_path / "net/tcp").write_text(
+        header
+        + "   0: 00000000:08AE 00000000:0000 0A 00000000:00000000\n"  # 2222 LISTEN
+        + "   1: 0100007F:22B8 0100007F:A1B2 01 00000000:00000000\n"  # 8888 ESTABLISHED only
+    )
+    (tmp_path / "net/tcp6").write_text(header + "   0: 00000000000000000000000000000000:1776 0:0 0A 0:0\n")
+    assert listening(2222, tmp_path)
+    assert not listening(8888, tmp_path)
+    assert listening(6006, tmp_path)
+    assert not listening(2222, tmp_path / "missing")
+
+
+# ---- supervisor: real child processes, signals injected into its queue ---------------------------
+def _spec(name: str, code: str, port: int) -> services.ServiceSpec:
+    return services.ServiceSpec(name, (sys.executable, "-c", code), port, dict(os.environ), None, Path("/"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purpose (the test process is not its parent).
+    return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def _run_in_thread(sup: Supervisor) -> tuple[list[int], object]:
+    import threading
+
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
+    thread.start()
+    return result, thread
+
+
+def _wait(cond: object, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met")
+
+
+def test_crash_restarts_only_that_service_then_fatal_and_term_stops_cleanly(tmp_path: Path) -> None:
+    events: queue.SimpleQueue[int] = queue.SimpleQueue()
+    policy = Policy(max_failures=3, backoff_base=0.2, backoff_cap=0.4, stop_timeout=5)
+    specs = [_spec("steady", "import time; time.sleep(60)", 1), _spec("crashy", "raise SystemExit(3)", 2)]
+    sup = Supervisor(
+        specs, events=events, policy=policy, state_file=tmp_path / "s.json", probe=lambda p: p == 1
+    )
+    result, thread = _run_in_thread(sup)
+    _wait(lambda: sup.status["crashy"].state is State.FATAL)
+    assert sup.status["crashy"].failures == 3
+    assert sup.status["steady"].state is State.RUNNING
+    steady_pid = sup.procs["steady"].pid
+    assert '"fatal"' in (tmp_path / "s.json").read_text()
+    events.put(signal.SIGTERM)
+    thread.join(timeout=10)  # type: ignore[attr-defined]
+    assert result == [0]
+    assert not _alive(steady_pid)
+    assert sup.status["steady"].state is State.STOPPED
+
+
+def test_term_then_kill_after_the_deadline() -> None:
+    events: queue.SimpleQueue[int] = queue.SimpleQueue()
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    sup = Supervisor(
+        [_spec("stubborn", stubborn, 1)], events=events, policy=Policy(stop_timeout=1), probe=lambda p: True
+    )
+    result, thread = _run_in_thread(sup)
+    _wait(lambda: sup.status["stubborn"].state is State.RUNNING)
+    time.sleep(0.3)  # let it install its SIG_IGN
+    pid = sup.procs["stubborn"].pid
+    started = time.monotonic()
+    events.put(signal.SIGTERM)
+    thread.join(timeout=10)  # type: ignore[attr-defined]
+    assert result == [0]
+    assert 1 <= time.monotonic() - started < 5
+    assert not _alive(pid)
+
+
+def test_every_service_fatal_exits_non_zero() -> None:
+    sup = Supervisor(
+        [_spec("bad", "raise SystemExit(1)", 1)], policy=Policy(max_failures=2, backoff_base=0.1)
+    )
+    assert sup.run() == 1
+
+
+# ---- state kept in the volume ------------------------------------------------------------------
+@needs_ssh_keygen
+def test_host_keys_are_generated_once(tmp_path: Path) -> None:
+    first = sshd.ensure_host_keys(tmp_path / "ssh")
+    assert [p.rsplit("(", 1)[1] for p in first] == ["ED25519)", "ECDSA)"]
+    assert sshd.ensure_host_keys(tmp_path / "ssh") == first
+    assert (tmp_path / "ssh/ssh_host_ed25519_key").stat().st_mode & 0o777 == 0o600
+    (tmp_path / "ssh/ssh_host_ecdsa_key").write_text("garbage")
+    with pytest.raises(RigError, match="delete it and restart"):
+        sshd.ensure_host_keys(tmp_path / "ssh")
+
+
+def test_generated_token_is_kept(tmp_path: Path) -> None:
+    from rig.serve import load_or_create_token
+
+    token = load_or_create_token(tmp_path / "state/jupyter_token")
+    assert len(token) == 48
+    assert (tmp_path / "state/jupyter_token").stat().st_mode & 0o777 == 0o600
+    assert load_or_create_token(tmp_path / "state/jupyter_token") == token
+
+
+def test_health_reports_what_is_wrong(tmp_path: Path) -> None:
+    import json
+
+    from rig import health
+
+    state = tmp_path / "services.json"
+    assert health.check(state) == [f"no service state in {state}: is `rig serve` running?"]
+    state.write_text(
+        json.dumps(
+            {
+                "sshd": {"state": "backoff", "pid": None, "port": 2222, "failures": 1},
+                "jupyter": {"state": "running", "pid": 9, "port": 1, "failures": 0},  # nothing listens on 1
+            }
+        )
+    )
+    assert health.check(state) == ["sshd is backoff", "jupyter does not listen on port 1"]
