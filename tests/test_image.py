@@ -276,9 +276,7 @@ def test_offline_train_val_predict_export(containers: Containers) -> None:
 def test_build_fails_on_a_stale_lock(tmp_path: Path, image: str) -> None:
     """A pyproject.toml edited without `make lock` stops the build; nothing is re-resolved."""
     tmp_path = tmp_path / "context"
-    shutil.copytree(
-        ROOT, tmp_path, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", ".*_cache")
-    )
+    shutil.copytree(ROOT, tmp_path, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", ".*_cache"))
     pyproject = tmp_path / "pyproject.toml"
     text = pyproject.read_text()
     pyproject.write_text(text.replace('    "pyyaml",\n', '    "pyyaml",\n    "tqdm>=4.0",\n', 1))
