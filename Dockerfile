@@ -44,7 +44,9 @@ RUN --mount=type=secret,id=ca \
     && ln -s /opt/uv/bin/uv /usr/local/bin/uv
 
 # Locked dependencies first, without the project, so editing entrypoint/ reuses this layer.
-# `uv export --locked` fails on a lock that no longer matches pyproject.toml: nothing re-resolves.
+# `uv export --locked --offline` fails on a lock that no longer matches pyproject.toml: nothing
+# re-resolves. The exported list pins every file by hash, so a mirror (PIP_INDEX_URL) serves
+# exactly the locked files.
 # gpustat is an sdist built without isolation from the locked setuptools(-scm), hence two steps.
 WORKDIR /src
 RUN --mount=type=secret,id=ca \
@@ -52,10 +54,11 @@ RUN --mount=type=secret,id=ca \
     --mount=type=bind,source=uv.lock,target=/src/uv.lock \
     --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
     [ -f /run/secrets/ca ] && export SSL_CERT_FILE=/run/secrets/ca; \
-    uv export --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
+    { uv export --offline --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
          --no-emit-package gpustat -o /tmp/req-base.txt \
-    && uv export --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
-         -o /tmp/requirements.txt \
+      && uv export --offline --quiet --locked --no-dev --no-emit-project --no-header \
+         --format requirements-txt -o /tmp/requirements.txt \
+      || { echo "ERROR build: uv.lock is stale for pyproject.toml: run 'make lock', then build again"; exit 1; }; } \
     && uv venv --quiet --python /usr/bin/python3.11 /opt/venv \
     && uv pip install --python /opt/venv/bin/python --quiet --require-hashes --no-deps -r /tmp/req-base.txt \
     && uv pip sync --python /opt/venv/bin/python --quiet --require-hashes --no-build-isolation \
@@ -65,11 +68,41 @@ RUN --mount=type=secret,id=ca \
 COPY docker/strip-debug.sh /usr/local/lib/rig/strip-debug.sh
 RUN /usr/local/lib/rig/strip-debug.sh /opt/venv
 
-# The project itself (the `rig` command): uv builds it with its own backend, offline.
+# Our Ultralytics defaults (configs/), merged into its packaged default.yaml so the CLI, the
+# Python API and notebooks all get them; a key Ultralytics lacks fails the build here.
+COPY configs /opt/rig/configs
+COPY docker/merge-ultralytics-cfg.py docker/ultralytics-settings.py /usr/local/lib/rig/
+RUN /opt/venv/bin/python /usr/local/lib/rig/merge-ultralytics-cfg.py /opt/rig/configs/ultralytics.yaml \
+        /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml /opt/rig/configs/upstream.yaml
+# Offline settings and fonts, written by the pinned Ultralytics itself. The directory is sticky
+# and world-writable like /tmp because Ultralytics' own DDP launcher writes there, as whatever
+# uid `yolo` is remapped to; the baked files stay root's.
+RUN YOLO_CONFIG_DIR=/opt/rig/ultralytics YOLO_OFFLINE=true /opt/venv/bin/python \
+        /usr/local/lib/rig/ultralytics-settings.py /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf \
+    && chmod 1777 /opt/rig/ultralytics/Ultralytics
+
+# Pretrained weights baked into the image only when asked, e.g. RIG_WEIGHTS="yolo11n.pt yolo26n.pt"
+# (yolo26n.pt is what Ultralytics' AMP check on a GPU loads). Default: none, nothing downloaded.
+ARG RIG_WEIGHTS=""
+RUN --mount=type=secret,id=ca \
+    mkdir -p /opt/rig/weights \
+    && if [ -n "${RIG_WEIGHTS}" ]; then \
+         if [ -f /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca REQUESTS_CA_BUNDLE=/run/secrets/ca; fi; \
+         YOLO_CONFIG_DIR=/tmp/yolo-config /opt/venv/bin/python -c \
+           'import os, sys; os.chdir("/opt/rig/weights"); from ultralytics.utils.downloads import attempt_download_asset as get; [get(w) for w in sys.argv[1:]]' \
+           ${RIG_WEIGHTS} \
+         && rm -rf /tmp/yolo-config; \
+       fi
+
+# ---------------------------------------------------------------------------------------------
+# The project itself (the `rig` command), built by uv's own backend, offline, into a separate
+# prefix: the runtime stage overlays it on the venv in a small layer of its own, so a code edit
+# never re-copies the multi-GB dependency layer.
+FROM builder AS project
 COPY pyproject.toml uv.lock README.md /src/
 COPY entrypoint /src/entrypoint
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv pip install --python /opt/venv/bin/python --quiet --no-deps --offline /src
+    uv pip install --python /opt/venv/bin/python --prefix /opt/rig-project --quiet --no-deps --offline /src
 
 # ---------------------------------------------------------------------------------------------
 FROM base AS runtime
@@ -100,6 +133,27 @@ RUN groupadd --gid 1000 yolo \
 
 WORKDIR /workspace
 EXPOSE 2222 8888 6006
+
+# Ultralytics offline: no connectivity checks or downloads, no pip installs at run time; settings
+# (datasets, weights and runs in the volumes) and fonts baked in /opt/rig/ultralytics.
+ENV YOLO_OFFLINE=true \
+    YOLO_AUTOINSTALL=false \
+    YOLO_CONFIG_DIR=/opt/rig/ultralytics
+# The volumes' mount points, owned by yolo so fresh named volumes are too; baked weights (if any)
+# seed a fresh `weights` volume.
+COPY --from=builder /opt/rig/configs /opt/rig/configs
+COPY --from=builder /opt/rig/ultralytics /opt/rig/ultralytics
+COPY --from=builder --chown=1000:1000 /opt/rig/weights /weights
+RUN mkdir -p /datasets /workspace/runs \
+    && chown yolo:yolo /datasets /weights /workspace/runs
+
+# Our own code, as late as possible.
+COPY --from=project /opt/rig-project/ /opt/venv/
+# The workstation (`rig serve`): sshd's config, and JupyterLab without news or update checks (offline).
+COPY docker/sshd_config /etc/ssh/sshd_config
+COPY docker/jupyter-overrides.json /opt/venv/share/jupyter/lab/settings/overrides.json
+# The notebooks, read-only; `rig serve` seeds them into /workspace/notebooks (rig/workspace.py).
+COPY notebooks/ /opt/rig/notebooks/
 
 ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/rig", "exec", "--"]
 CMD ["rig", "serve"]

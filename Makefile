@@ -13,6 +13,9 @@ PIP_INDEX_URL ?= https://pypi.org/simple
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 GIT_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 PYTEST_ARGS ?=
+# Pretrained weights to bake into the image's `weights` volume, e.g. "yolo11n.pt yolo26n.pt"
+# (downloaded at build time from Ultralytics' GitHub releases). Empty: nothing is downloaded.
+RIG_WEIGHTS ?=
 VENV ?= .venv
 
 comma := ,
@@ -20,6 +23,7 @@ STACK := $(shell python3 tools/lock_versions.py uv.lock)
 BUILD_ARGS := --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg APT_MIRROR=$(APT_MIRROR) \
 	--build-arg PIP_INDEX_URL=$(PIP_INDEX_URL) --build-arg GIT_REVISION=$(GIT_REVISION) \
 	$(foreach kv,$(STACK),--build-arg $(kv)) \
+	$(if $(RIG_WEIGHTS),--build-arg RIG_WEIGHTS="$(RIG_WEIGHTS)") \
 	$(if $(CA_BUNDLE),--secret id=ca$(comma)src=$(CA_BUNDLE))
 
 .PHONY: help
@@ -58,3 +62,69 @@ test: lint build ## lint, build the image, run every CPU test against it
 .PHONY: shell
 shell: ## an interactive shell in the image
 	docker run --rm -it --shm-size=8g $(IMAGE):$(TAG) bash
+
+# The workstation. Where Docker has no NVIDIA runtime, compose.cpu.yaml is added (GPU=no forces
+# it, GPU=yes leaves it out). Recursive (=): docker is asked only when a target uses it.
+GPU ?= $(if $(shell docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -o nvidia),yes,no)
+COMPOSE = IMAGE=$(IMAGE):$(TAG) docker compose -f compose.yaml $(if $(filter no,$(GPU)),-f compose.cpu.yaml)
+
+.PHONY: up
+up: ## start the workstation (SSH 2222, JupyterLab 8888), e.g. SSH_PUBLIC_KEY="..." make up
+	$(COMPOSE) up -d --wait
+	@$(COMPOSE) logs --no-color --no-log-prefix workstation | grep -E 'INFO serve: (SSH|JupyterLab)'
+
+.PHONY: down
+down: ## stop and remove the workstation (the volumes stay; `docker compose down -v` deletes them)
+	$(COMPOSE) down
+
+.PHONY: logs
+logs: ## follow the workstation's log
+	$(COMPOSE) logs -f workstation
+
+# WEIGHTS: a host file if one exists at that path (its folder is mounted; the .onnx lands beside it),
+# else a path in the workstation, relative to /workspace (e.g. runs/detect/train/weights/best.pt).
+WEIGHTS ?=
+FORMAT ?= onnx
+EXPORT_ARGS ?=
+# The export and its check run on the CPU, so the CPU overlay: no GPU runtime needed.
+COMPOSE_CPU := IMAGE=$(IMAGE):$(TAG) docker compose -f compose.yaml -f compose.cpu.yaml
+
+.PHONY: export
+export: ## WEIGHTS=... [FORMAT=onnx]: export (simplified) and check it against PyTorch with onnxruntime
+	@[ -n "$(WEIGHTS)" ] || { echo "ERROR make: give WEIGHTS=path/to/best.pt (a host file or a path in /workspace)"; exit 2; }
+	$(COMPOSE_CPU) run --rm --no-deps $(if $(wildcard $(WEIGHTS)),-v $(abspath $(dir $(WEIGHTS))):/export) \
+		workstation rig export --format $(FORMAT) $(EXPORT_ARGS) \
+		$(if $(wildcard $(WEIGHTS)),/export/$(notdir $(WEIGHTS)),$(WEIGHTS))
+
+# `make train`: the job in a one-shot workstation container (same volumes, shm and GPU reservation).
+# Paths are inside the container: DATA=/datasets/mine/data.yaml. Empty DATA: the demo dataset.
+GPUS ?=
+DATA ?=
+MODEL ?=
+EPOCHS ?=
+IMGSZ ?=
+BATCH ?=
+TRAIN_ARGS ?=
+# Without Docker's NVIDIA runtime the CPU overlay lets the container start, so `rig train` can say
+# what is missing (or train with TRAIN_ARGS=device=cpu). Recursive (=): docker is asked only here.
+TRAIN_COMPOSE = IMAGE=$(IMAGE):$(TAG) docker compose -f compose.yaml \
+	$(if $(shell docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -o nvidia),,-f compose.cpu.yaml)
+
+.PHONY: train
+train: ## [GPUS=N|all|0,2] DATA= MODEL= EPOCHS= IMGSZ= BATCH= TRAIN_ARGS=: train on GPUs (demo data by default)
+	$(TRAIN_COMPOSE) run --rm --no-deps workstation rig train $(if $(GPUS),--gpus $(GPUS)) \
+		$(if $(DATA),data=$(DATA)) $(if $(MODEL),model=$(MODEL)) $(if $(EPOCHS),epochs=$(EPOCHS)) \
+		$(if $(IMGSZ),imgsz=$(IMGSZ)) $(if $(BATCH),batch=$(BATCH)) $(TRAIN_ARGS)
+
+# `make demo-data`: the generated shapes dataset in the `datasets` volume, where `make train` looks.
+DEMO_ARGS ?=
+.PHONY: demo-data
+demo-data: ## [DEMO_ARGS="--train 256 --imgsz 640 --seed 1 --force"]: generate /datasets/demo
+	$(COMPOSE_CPU) run --rm --no-deps workstation rig demo-data /datasets/demo $(DEMO_ARGS)
+
+# `make bench`: the table on the terminal, the JSON in $(BENCH_JSON). On the GPUs when Docker has them.
+BENCH_ARGS ?=
+BENCH_JSON ?= bench.json
+.PHONY: bench
+bench: ## [BENCH_ARGS="--quick --no-amp --compile --imgsz 640 --batch 16 --workers 8 --data Y"]: loader vs step
+	$(TRAIN_COMPOSE) run --rm --no-deps -T workstation rig bench --json - $(BENCH_ARGS) > $(BENCH_JSON)

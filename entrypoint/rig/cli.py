@@ -15,7 +15,18 @@ from rig import log, versions
 from rig.errors import RigError
 
 # One module per command group, in the order `rig --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("rig.execcmd",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "rig.execcmd",
+    "rig.serve",
+    "rig.health",
+    "rig.demo_data",
+    "rig.bench",
+    "rig.offline",
+    "rig.export",
+    "rig.doctor",
+    "rig.launch",
+    "rig.gpuenv",
+)
 
 
 class _VersionAction(argparse.Action):

@@ -1,0 +1,239 @@
+"""Launch-time tuning: the Ultralytics arguments that depend on the machine, decided once per launch.
+
+The static defaults live in configs/ (merged into Ultralytics' default.yaml at build time). What
+cannot be static is decided here from the CPUs a rank is bound to, the RAM and /dev/shm the
+container really has, and the dataset's size:
+
+- `workers`: one loader process per CPU bound to the rank (not `os.cpu_count()`, which counts the
+  host's CPUs and oversubscribes a pinned rank), capped by what /dev/shm can hold: every worker
+  keeps batches in flight there, and a full /dev/shm kills the loader with a bus error.
+- `cache`: `ram` only when every rank's copy of the decoded images, with Ultralytics' own 2x
+  margin, fits in the RAM left after the loaders' /dev/shm; otherwise `False`, with the numbers.
+
+Discovery reads the world through `sys_root` and `datasets_dir`; `decide` is pure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+GIB = 1 << 30
+DEFAULT_IMGSZ = 640
+DEFAULT_BATCH = 16
+# The per-rank batch Ultralytics' AutoBatch may pick (batch=-1 or a fraction) is unknown before
+# training; size /dev/shm for a large one.
+AUTOBATCH_ASSUMED = 64
+# Batches (of the train batch size) in /dev/shm per train worker: the train loader prefetches 4
+# per worker, and the val loader runs twice the workers, each prefetching 2 at twice the batch
+# (Ultralytics 8.4 build_dataloader and DetectionTrainer.get_dataloader); the train workers keep
+# theirs while validation runs.
+SHM_BATCHES_PER_WORKER = 4 + 2 * 2 * 2
+# Ultralytics' check_cache_ram() refuses the RAM cache unless twice its size is available.
+CACHE_RAM_MARGIN = 2.0
+IMAGE_SUFFIXES = frozenset(
+    {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm", ".heic"}
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    key: str
+    value: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the container can use, in bytes."""
+
+    mem_available: int
+    shm_free: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Discovery
+
+
+def _meminfo_available(sys_root: Path) -> int | None:
+    try:
+        text = (sys_root / "proc/meminfo").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^MemAvailable:\s+(\d+)\s*kB", text, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def _cgroup_headroom(sys_root: Path) -> int | None:
+    """Bytes the container's cgroup (v2) may still allocate, or None without a limit."""
+    cg = sys_root / "sys/fs/cgroup"
+    try:
+        limit = (cg / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        current = int((cg / "memory.current").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return max(int(limit) - current, 0)
+
+
+def _shm_free(sys_root: Path) -> int:
+    try:
+        st = os.statvfs(sys_root / "dev/shm")
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
+
+
+def read_resources(sys_root: Path = Path("/")) -> Resources:
+    """RAM available (the smaller of MemAvailable and the cgroup headroom) and free /dev/shm."""
+    candidates = [v for v in (_meminfo_available(sys_root), _cgroup_headroom(sys_root)) if v is not None]
+    return Resources(mem_available=min(candidates) if candidates else 0, shm_free=_shm_free(sys_root))
+
+
+def _count_images(entry: Path) -> int:
+    if entry.is_dir():
+        return sum(1 for p in entry.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if entry.suffix == ".txt" and entry.is_file():
+        return sum(1 for line in entry.read_text(encoding="utf-8-sig").splitlines() if line.strip())
+    return 1 if entry.suffix.lower() in IMAGE_SUFFIXES and entry.is_file() else 0
+
+
+def count_train_images(data: str, datasets_dir: Path) -> int | None:
+    """Images in a data yaml's train split, resolved the way Ultralytics does; None if unknown."""
+    yaml_path = Path(data)
+    if not yaml_path.is_absolute() and not yaml_path.exists():
+        yaml_path = datasets_dir / yaml_path
+    try:
+        spec = yaml.safe_load(yaml_path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(spec, dict) or "train" not in spec:
+        return None
+    root = Path(str(spec.get("path") or yaml_path.parent))
+    if not root.is_absolute():
+        root = datasets_dir / root
+    train = spec["train"]
+    entries = train if isinstance(train, list) else [train]
+    total = 0
+    for e in entries:
+        p = Path(str(e))
+        total += _count_images(p if p.is_absolute() else root / p)
+    return total or None
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision (pure)
+
+
+def _imgsz(user_args: Mapping[str, str]) -> int:
+    nums = [int(n) for n in re.findall(r"\d+", user_args.get("imgsz", ""))]
+    return max(nums) if nums else DEFAULT_IMGSZ
+
+
+def _rank_batch(user_args: Mapping[str, str], nranks: int) -> int:
+    try:
+        batch = float(user_args.get("batch", DEFAULT_BATCH))
+    except ValueError:
+        batch = DEFAULT_BATCH
+    if batch < 1:  # AutoBatch: -1 or a GPU memory fraction
+        return AUTOBATCH_ASSUMED
+    return max(int(batch) // max(nranks, 1), 1)  # Ultralytics splits the batch across ranks
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def decide(
+    *,
+    user_args: Mapping[str, str],
+    train_images: int | None,
+    resources: Resources,
+    rank_cpus: int,
+    nranks: int,
+) -> list[Decision]:
+    """The `workers` and `cache` arguments to add when the user did not set them."""
+    out: list[Decision] = []
+    nranks = max(nranks, 1)
+    imgsz = _imgsz(user_args)
+    batch_bytes = _rank_batch(user_args, nranks) * 3 * imgsz * imgsz
+    shm_per_worker = SHM_BATCHES_PER_WORKER * batch_bytes * nranks  # one worker on every rank
+
+    if "workers" in user_args:
+        try:
+            workers = max(int(user_args["workers"]), 0)
+        except ValueError:
+            workers = 0
+    else:
+        by_cpu = max(rank_cpus, 1)
+        by_shm = resources.shm_free // shm_per_worker
+        workers = min(by_cpu, by_shm)
+        if workers == by_cpu:
+            reason = f"{rank_cpus} CPU(s) bound to this rank, one loader process each"
+        elif workers > 0:
+            reason = (
+                f"/dev/shm has {_gib(resources.shm_free)} free, room for {workers} worker(s) per rank "
+                f"of {rank_cpus} CPU(s); start with a larger --shm-size for more"
+            )
+        else:
+            reason = (
+                f"/dev/shm has {_gib(resources.shm_free)} free but one worker per rank needs "
+                f"{_gib(shm_per_worker)}; loading in the main process (slow): start the container "
+                f"with --shm-size={-(-rank_cpus * shm_per_worker // GIB)}g"
+            )
+        out.append(Decision("workers", str(workers), reason))
+
+    if "cache" not in user_args:
+        shm_in_use = workers * shm_per_worker
+        budget = resources.mem_available - shm_in_use
+        if train_images is None:
+            if nranks == 1:
+                out.append(
+                    Decision("cache", "ram", "dataset size unknown; Ultralytics checks its RAM itself")
+                )
+            else:
+                out.append(
+                    Decision("cache", "False", f"dataset size unknown, {nranks} ranks would each cache it")
+                )
+        else:
+            need = CACHE_RAM_MARGIN * nranks * train_images * 3 * imgsz * imgsz
+            what = f"{train_images} images at {imgsz} px x {nranks} rank(s) x {CACHE_RAM_MARGIN:g} margin"
+            if need <= budget:
+                out.append(Decision("cache", "ram", f"{what} = {_gib(need)} fits in {_gib(budget)} free RAM"))
+            else:
+                out.append(
+                    Decision(
+                        "cache",
+                        "False",
+                        f"{what} = {_gib(need)} exceeds {_gib(budget)} free RAM; images are decoded per step",
+                    )
+                )
+    return out
+
+
+def launch_decisions(
+    *,
+    user_args: Mapping[str, str],
+    data: str | None,
+    rank_cpus: int,
+    nranks: int,
+    sys_root: Path = Path("/"),
+    datasets_dir: Path | None = None,
+) -> list[Decision]:
+    """Discover the machine and the dataset, then decide (see `decide`)."""
+    if datasets_dir is None:
+        datasets_dir = sys_root / "datasets"
+    images = count_train_images(data, datasets_dir) if data else None
+    return decide(
+        user_args=user_args,
+        train_images=images,
+        resources=read_resources(sys_root),
+        rank_cpus=rank_cpus,
+        nranks=nranks,
+    )

@@ -1,0 +1,173 @@
+"""The fast path inside the image: baked defaults, offline train/val/predict/export, demo data, bench."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.image
+
+# Help links Ultralytics prints, docs and the Netron viewer (never fetched); any other URL in a
+# log means it tried the network.
+_ALLOWED_URL = re.compile(r"https://(docs\.ultralytics\.com/\S*|netron\.app)")
+_URL = re.compile(r"\b(?:https?|ftp)://\S+")
+_NETWORK_WORDS = re.compile(
+    r"download|may be offline|retrying|github\.com|urlopen|connectionerror", re.IGNORECASE
+)
+
+
+def assert_no_network_attempt(logs: str) -> None:
+    urls = [u for u in _URL.findall(logs) if not _ALLOWED_URL.match(u)]
+    assert not urls, f"URLs in the logs (a download attempt?): {urls[:5]}"
+    words = sorted({m.group(0).lower() for m in _NETWORK_WORDS.finditer(logs)})
+    assert not words, f"network words in the logs: {words}\n{logs[-3000:]}"
+
+
+def py(code: str) -> list[str]:
+    return ["python", "-c", code]
+
+
+def test_overlay_keys_exist_upstream_and_reach_default_cfg(containers: Any) -> None:
+    code = """
+import yaml
+from ultralytics.cfg import DEFAULT_CFG, get_cfg
+ours = yaml.safe_load(open('/opt/rig/configs/ultralytics.yaml'))
+upstream = yaml.safe_load(open('/opt/rig/configs/upstream.yaml'))
+assert ours and set(ours) == set(upstream), (ours, upstream)  # the build recorded every key upstream had
+for k, v in ours.items():
+    assert getattr(DEFAULT_CFG, k) == v, (k, getattr(DEFAULT_CFG, k), v)
+    assert upstream[k] != v, f'{k}: the overlay repeats the upstream value'
+    assert getattr(get_cfg(overrides={k: upstream[k]}), k) == upstream[k]  # a user argument wins
+print('OK', sorted(ours))
+"""
+    rc, logs = containers.oneshot(py(code), timeout=120, network_mode="none")
+    assert rc == 0, logs
+    assert "OK" in logs
+
+
+def test_user_argument_wins_in_the_trainer(containers: Any) -> None:
+    code = """
+from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.cfg import DEFAULT_CFG
+t = DetectionTrainer(overrides={'model': 'yolo11n.yaml', 'data': '/datasets/demo/data.yaml', 'cache': False})
+d = DetectionTrainer(overrides={'model': 'yolo11n.yaml', 'data': '/datasets/demo/data.yaml'})
+print('USER', t.args.cache, 'DEFAULT', d.args.cache, DEFAULT_CFG.cache)
+"""
+    cmd = f'rig demo-data /datasets/demo --train 4 --val 2 --imgsz 64 >/dev/null && python -c "{code}"'
+    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=120, network_mode="none")
+    assert rc == 0, logs
+    assert "USER False DEFAULT ram ram" in logs
+
+
+OFFLINE_SCRIPT = r"""
+set -euo pipefail
+cd /workspace
+rig demo-data /datasets/demo --train 16 --val 8 --imgsz 160
+ARGS="imgsz=160 batch=8 workers=1 exist_ok=True"
+rig yolo train model=yolo11n.yaml data=/datasets/demo/data.yaml epochs=1 name=off $ARGS
+W=/workspace/runs/detect/off/weights/best.pt
+test -f "$W"
+grep -q '^cache: ram' /workspace/runs/detect/off/args.yaml
+rig yolo val model=$W data=/datasets/demo/data.yaml imgsz=160 batch=8 name=offval exist_ok=True
+rig yolo predict model=$W source=/datasets/demo/images/val imgsz=160 name=offpred exist_ok=True
+rig yolo export model=$W format=onnx imgsz=160
+test -s /workspace/runs/detect/off/weights/best.onnx
+echo ALL-STEPS-DONE
+"""
+
+
+def test_offline_train_val_predict_export(containers: Any) -> None:
+    rc, logs = containers.oneshot(
+        ["bash", "-c", OFFLINE_SCRIPT], timeout=420, network_mode="none", shm_size="512m"
+    )
+    assert rc == 0, logs[-4000:]
+    assert "ALL-STEPS-DONE" in logs
+    assert_no_network_attempt(logs)
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        ("predict model=yolo11s.pt source=/tmp", "put the file at /weights/yolo11s.pt"),
+        ("train model=yolo11n.yaml data=coco8.yaml", "put the dataset under /datasets/coco8"),
+    ],
+)
+def test_missing_weight_or_dataset_is_one_line(containers: Any, args: str, expect: str) -> None:
+    rc, logs = containers.oneshot(["rig", "yolo", *args.split()], timeout=60, network_mode="none")
+    assert rc == 1
+    lines = [line for line in logs.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ERROR rig: "), logs
+    assert expect in lines[0]
+
+
+def test_settings_and_fonts_for_any_uid(containers: Any) -> None:
+    # An arbitrary uid without a passwd entry: settings read as baked, fonts local, DDP dir writable.
+    code = """
+from ultralytics.utils import SETTINGS, USER_CONFIG_DIR
+from ultralytics.utils.checks import check_font
+assert SETTINGS['datasets_dir'] == '/datasets' and SETTINGS['weights_dir'] == '/weights', dict(SETTINGS)
+assert SETTINGS['runs_dir'] == '/workspace/runs' and SETTINGS['sync'] is False, dict(SETTINGS)
+for f in ('Arial.ttf', 'Arial.Unicode.ttf'):
+    p = check_font(f)
+    assert p is not None and p.resolve().is_file(), f
+(USER_CONFIG_DIR / 'DDP').mkdir(exist_ok=True)
+print('SETTINGS-OK')
+"""
+    rc, logs = containers.oneshot(py(code), timeout=120, network_mode="none", user="4321:4321", entrypoint=[])
+    assert rc == 0, logs
+    assert "SETTINGS-OK" in logs
+    assert_no_network_attempt(logs)
+
+
+def test_demo_data_is_deterministic(containers: Any) -> None:
+    cmd = """
+for s in a:3 b:3 c:4; do rig demo-data /tmp/${s%:*} --train 6 --val 2 --imgsz 96 --seed ${s#*:} >/dev/null
+done
+for d in a b c; do echo SUM $(cd /tmp/$d && find images labels -type f | sort | xargs cat | md5sum); done
+echo COUNT $(ls /tmp/a/images/train | wc -l)
+sed 's/^/LABEL /' /tmp/a/labels/*/*.txt
+"""
+    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=60, network_mode="none")
+    assert rc == 0, logs
+    sums = re.findall(r"^SUM (\S+)", logs, re.MULTILINE)
+    assert len(sums) == 3 and sums[0] == sums[1] != sums[2], logs
+    assert re.search(r"^COUNT 6$", logs, re.MULTILINE), logs
+    labels = re.findall(r"^LABEL (.*)$", logs, re.MULTILINE)
+    assert len(labels) >= 8  # at least one object in each of the 8 images
+    for line in labels:
+        cls, *box = line.split()
+        assert 0 <= int(cls) < 5 and len(box) == 4 and all(0 < float(v) <= 1 for v in box), line
+
+
+def test_bench_quick_on_cpu_writes_json(containers: Any) -> None:
+    # --compile too: the runtime image has no C compiler, so it must be reported, not crash.
+    cmd = (
+        "rig bench --quick --compile --imgsz 320 --train-images 96 --source-size 640x360"
+        " --json /tmp/b.json >&2 && cat /tmp/b.json"
+    )
+    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=300, network_mode="none", shm_size="1g")
+    assert rc == 0, logs[-3000:]
+    res = json.loads(logs[logs.rindex('{\n  "loader"') :])
+    assert res["loader"]["stock_img_s"] > 0 and res["loader"]["ours_img_s"] > 0 and res["step_img_s"] > 0
+    assert res["bottleneck"] in {"loader", "compute"} and res["bottleneck_reason"]
+    assert res["loader"]["ours"]["cache"] == "ram" and res["loader"]["stock"]["cache"] is False
+    assert res["compile_used"] is False and "C compiler" in res["compile_note"]
+    assert "bottleneck:" in logs
+
+
+def test_demo_data_is_idempotent_and_never_clobbers(containers: Any) -> None:
+    cmd = """
+D="--train 2 --val 1 --imgsz 64"
+rig demo-data /tmp/d $D && rig demo-data /tmp/d $D && echo SAME-OK
+rig demo-data /tmp/d --train 3 --val 1 --imgsz 64; echo "DIFFERENT-RC $?"
+mkdir -p /tmp/mine && touch /tmp/mine/keep
+rig demo-data /tmp/mine --force; echo "MINE-RC $? $(ls /tmp/mine)"
+"""
+    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=60, network_mode="none")
+    assert rc == 0, logs
+    assert "SAME-OK" in logs and "already holds this demo dataset" in logs
+    assert "DIFFERENT-RC 1" in logs and "pass --force to replace it" in logs
+    assert "MINE-RC 1 keep" in logs and "not made by rig demo-data" in logs
