@@ -68,6 +68,11 @@ RUN --mount=type=secret,id=ca \
 COPY docker/strip-debug.sh /usr/local/lib/rig/strip-debug.sh
 RUN /usr/local/lib/rig/strip-debug.sh /opt/venv
 
+# ---------------------------------------------------------------------------------------------
+# Our Ultralytics defaults and settings. A stage of its own: the runtime takes only the files it
+# writes, so editing configs/ never re-copies the dependency layer.
+FROM builder AS tuned
+
 # Our Ultralytics defaults (configs/), merged into its packaged default.yaml so the CLI, the
 # Python API and notebooks all get them; a key Ultralytics lacks fails the build here.
 COPY configs /opt/rig/configs
@@ -141,9 +146,11 @@ ENV YOLO_OFFLINE=true \
     YOLO_CONFIG_DIR=/opt/rig/ultralytics
 # The volumes' mount points, owned by yolo so fresh named volumes are too; baked weights (if any)
 # seed a fresh `weights` volume.
-COPY --from=builder /opt/rig/configs /opt/rig/configs
-COPY --from=builder /opt/rig/ultralytics /opt/rig/ultralytics
-COPY --from=builder --chown=1000:1000 /opt/rig/weights /weights
+COPY --from=tuned /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml \
+     /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml
+COPY --from=tuned /opt/rig/configs /opt/rig/configs
+COPY --from=tuned /opt/rig/ultralytics /opt/rig/ultralytics
+COPY --from=tuned --chown=1000:1000 /opt/rig/weights /weights
 RUN mkdir -p /datasets /workspace/runs \
     && chown yolo:yolo /datasets /weights /workspace/runs
 
