@@ -10,30 +10,14 @@ import tempfile
 from pathlib import Path
 
 
-def make_dataset(root: Path, n_train: int = 8, n_val: int = 2, size: int = 64) -> Path:
-    import cv2
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    for split, n in (("train", n_train), ("val", n_val)):
-        (root / "images" / split).mkdir(parents=True, exist_ok=True)
-        (root / "labels" / split).mkdir(parents=True, exist_ok=True)
-        for i in range(n):
-            img = rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
-            cv2.imwrite(str(root / "images" / split / f"{i}.jpg"), img)
-            (root / "labels" / split / f"{i}.txt").write_text("0 0.5 0.5 0.4 0.4\n")
-    data = root / "data.yaml"
-    data.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames: {{0: box}}\n")
-    return data
-
-
 def main() -> None:
     from rig import telemetry
+    from rig.demo_data import make_demo_dataset
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from ultralytics import YOLO
 
     tmp = Path(tempfile.mkdtemp())
-    data = make_dataset(tmp / "data")
+    data = make_demo_dataset(tmp / "data", train=8, val=2, imgsz=64)
     model = YOLO("yolo11n.yaml")
     recorder = telemetry.attach(model)  # run directory: the trainer's save_dir
     model.train(
