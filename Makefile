@@ -38,9 +38,11 @@ base-image: ## build $(BASE_IMAGE) locally from a Debian mirror (debootstrap), f
 build: ## build $(IMAGE):$(TAG) from the lock (fails on a stale lock)
 	DOCKER_BUILDKIT=1 docker build $(BUILD_ARGS) -t $(IMAGE):$(TAG) .
 
+# UPGRADE=1: move every package to its newest allowed version instead of keeping the current pins.
+UPGRADE ?=
 .PHONY: lock
-lock: ## re-resolve pyproject.toml into uv.lock (the only step that resolves)
-	uv lock --upgrade-package yolo-rig
+lock: ## [UPGRADE=1]: resolve pyproject.toml into uv.lock (the only step that resolves)
+	uv lock $(if $(UPGRADE),--upgrade)
 
 .PHONY: venv
 venv: $(VENV)/.synced ## the host tools for lint and tests (locked dev group, no torch)
@@ -69,7 +71,7 @@ GPU ?= $(if $(shell docker info --format '{{json .Runtimes}}' 2>/dev/null | grep
 COMPOSE = IMAGE=$(IMAGE):$(TAG) docker compose -f compose.yaml $(if $(filter no,$(GPU)),-f compose.cpu.yaml)
 
 .PHONY: up
-up: ## start the workstation (SSH 2222, JupyterLab 8888), e.g. SSH_PUBLIC_KEY="..." make up
+up: build ## build if needed, then start the workstation (SSH 2222, JupyterLab 8888), e.g. SSH_PUBLIC_KEY="..." make up
 	$(COMPOSE) up -d --wait
 	@$(COMPOSE) logs --no-color --no-log-prefix workstation | grep -E 'INFO serve: (SSH|JupyterLab)'
 

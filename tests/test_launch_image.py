@@ -219,14 +219,28 @@ def test_cpu_training_survives_sigterm_and_resumes(containers: Containers, tmp_p
 
 
 def test_make_train_on_a_cpu_only_box_names_the_gpu_fix() -> None:
-    result = subprocess.run(
-        ["make", "-s", "train", "GPUS=2", f"IMAGE={os.environ.get('IMAGE', 'yolo-rig:cu121').split(':')[0]}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    # A project of its own, so the test neither touches nor leaves behind the user's volumes.
+    project = f"rig-test-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "COMPOSE_PROJECT_NAME": project}
+    image_name = os.environ.get("IMAGE", "yolo-rig:cu121").split(":")[0]
+    try:
+        result = subprocess.run(
+            ["make", "-s", "train", "GPUS=2", f"IMAGE={image_name}"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+    finally:
+        subprocess.run(
+            ["docker", "compose", "-f", "compose.yaml", "-p", project, "down", "-v"],
+            cwd=REPO,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
     errors = [line for line in out.splitlines() if line.startswith("ERROR rig: ")]
