@@ -12,7 +12,6 @@ import re
 import subprocess
 import textwrap
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -118,41 +117,53 @@ def test_two_cpu_ranks_through_torchrun_and_the_binder_match_the_plan(
         assert len(warnings) == 1 and "cap_add: [SYS_NICE]" in warnings[0], warnings
 
 
-@pytest.fixture
-def network(docker_client: Any) -> Iterator[str]:
-    net = docker_client.networks.create(f"rig-test-{uuid.uuid4().hex[:8]}", driver="bridge")
-    try:
-        yield net.name
-    finally:
-        net.remove()
-
-
-def test_two_containers_rendezvous_as_two_nodes(
-    containers: Containers, box: tuple[Path, list[str]], network: str
-) -> None:
+def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp_path: Path) -> None:
+    """Two compose services on the project's network rendezvous (c10d, gloo) as two nodes."""
     root, ids = box
-    master = f"rig-node0-{uuid.uuid4().hex[:6]}"
     cmd = ["rig", "launch", "--gpus", "1", "--sysfs-root", "/fake/sys", "--gpu-bus-ids", ids[0]]
     cmd += ["--", "python", "/fake/probe.py"]
-    nodes = []
-    for rank in (0, 1):
-        env = {"NNODES": "2", "NODE_RANK": str(rank), "MASTER_ADDR": master, "MASTER_PORT": "29400"}
-        nodes.append(
-            containers.run(
-                cmd,
-                name=master if rank == 0 else f"rig-node1-{uuid.uuid4().hex[:6]}",
-                network=network,
-                environment=env,
-                volumes=_mounts(root),
-                cpuset_cpus="0-1",
-            )
-        )
-    results = [n.wait(timeout=120) for n in nodes]
-    logs = "".join(n.logs().decode(errors="replace") for n in nodes)
-    assert [r["StatusCode"] for r in results] == [0, 0], logs
+    service = {
+        "image": os.environ.get("IMAGE", "yolo-rig:cu121"),
+        "pull_policy": "never",
+        "command": cmd,
+        "cpuset": "0-1",
+        "volumes": [f"{root}:/fake:ro"],
+    }
+    nodes = {
+        f"node{rank}": {
+            **service,
+            "environment": {
+                "NNODES": "2",
+                "NODE_RANK": str(rank),
+                "MASTER_ADDR": "node0",
+                "MASTER_PORT": "29400",
+            },
+        }
+        for rank in (0, 1)
+    }
+    compose_file = tmp_path / "compose.nodes.yaml"
+    compose_file.write_text(json.dumps({"services": nodes}))  # JSON is YAML
+    project = f"rig-test-{uuid.uuid4().hex[:8]}"
+    compose = ["docker", "compose", "--ansi", "never", "-f", str(compose_file), "-p", project]
+    try:
+        up = subprocess.run([*compose, "up", "--no-color"], capture_output=True, text=True, timeout=240)
+        logs = subprocess.run(
+            [*compose, "logs", "--no-color", "--no-log-prefix"], capture_output=True, text=True, timeout=60
+        ).stdout
+        logs = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", logs)  # compose 2.26 clears lines even with --ansi never
+        states = subprocess.run(
+            [*compose, "ps", "-a", "--format", "{{.Service}} {{.ExitCode}}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.split()
+    finally:
+        subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=120, check=False)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert sorted(zip(states[::2], states[1::2], strict=True)) == [("node0", "0"), ("node1", "0")], logs
     probes = _probes(logs)
     assert [p["env"]["RANK"] for p in probes] == ["0", "1"], logs
-    assert all(p["env"]["WORLD_SIZE"] == "2" and p["sum"] == 3.0 for p in probes)
+    assert all(p["env"]["WORLD_SIZE"] == "2" and p["sum"] == 3.0 for p in probes), logs
     assert "--rdzv-backend c10d" in logs
 
 
