@@ -85,14 +85,6 @@ def requested_gpus(gpus: str | None, environ: Mapping[str, str]) -> tuple[int | 
     return None, ""
 
 
-def _shm(root: Path) -> tuple[int, int]:
-    try:
-        st = os.statvfs(root / "dev/shm")
-    except OSError:
-        return 0, 0
-    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-
-
 def _hex(value: str | None) -> int | None:
     try:
         return int(value, 16) if value else None
@@ -144,7 +136,7 @@ def gather(
     limits = read_limits(root)
     status = read_status(root)
     seccomp = status.get("Seccomp")
-    shm_total, shm_free = _shm(root)
+    shm_total, shm_free = tuning.shm_bytes(root)
     numa_nodes = len(topology.node_cpus) if topology is not None and topology.node_cpus else 1
     nranks = len(plan.ranks) if plan is not None else 1
     rank_cpus = min((len(r.cpus) for r in plan.ranks), default=1) if plan is not None else 1
@@ -189,20 +181,10 @@ def _resolve(data: str, root: Path) -> Path | None:
     return next((c for c in candidates if c.exists()), None)
 
 
-def _images_in(entry: Path) -> list[Path]:
-    if entry.is_dir():
-        return sorted(p for p in entry.rglob("*") if p.suffix.lower() in tuning.IMAGE_SUFFIXES)
-    if entry.suffix == ".txt":
-        base = entry.parent
-        lines = [s.strip() for s in entry.read_text(encoding="utf-8-sig").splitlines() if s.strip()]
-        return [Path(s) if Path(s).is_absolute() else base / s for s in lines]
-    return [entry] if entry.suffix.lower() in tuning.IMAGE_SUFFIXES else []
-
-
 def train_images(path: Path, root: Path) -> list[Path]:
     """The train split's image files, resolved as Ultralytics does; raises OSError/ValueError."""
     if path.is_dir():
-        return _images_in(path)
+        return tuning.images_in(path)
     spec = yaml.safe_load(path.read_text())
     if not isinstance(spec, dict) or "train" not in spec:
         raise ValueError("not an Ultralytics data yaml (no `train:` key)")
@@ -216,7 +198,7 @@ def train_images(path: Path, root: Path) -> list[Path]:
         e = e if e.is_absolute() else base / e
         if not e.exists():
             raise ValueError(f"train split {e} does not exist")
-        images += _images_in(e)
+        images += tuning.images_in(e)
     return images
 
 

@@ -82,26 +82,30 @@ def _cgroup_headroom(sys_root: Path) -> int | None:
     return max(int(limit) - current, 0)
 
 
-def _shm_free(sys_root: Path) -> int:
+def shm_bytes(sys_root: Path = Path("/")) -> tuple[int, int]:
+    """/dev/shm's (total, free) bytes; (0, 0) where there is none."""
     try:
         st = os.statvfs(sys_root / "dev/shm")
     except OSError:
-        return 0
-    return st.f_bavail * st.f_frsize
+        return 0, 0
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
 def read_resources(sys_root: Path = Path("/")) -> Resources:
     """RAM available (the smaller of MemAvailable and the cgroup headroom) and free /dev/shm."""
     candidates = [v for v in (_meminfo_available(sys_root), _cgroup_headroom(sys_root)) if v is not None]
-    return Resources(mem_available=min(candidates) if candidates else 0, shm_free=_shm_free(sys_root))
+    return Resources(mem_available=min(candidates) if candidates else 0, shm_free=shm_bytes(sys_root)[1])
 
 
-def _count_images(entry: Path) -> int:
+def images_in(entry: Path) -> list[Path]:
+    """The images a data yaml's split entry names: a folder (recursively), a .txt list of paths
+    (relative to the list's folder), or one image; empty when there is nothing there."""
     if entry.is_dir():
-        return sum(1 for p in entry.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        return sorted(p for p in entry.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     if entry.suffix == ".txt" and entry.is_file():
-        return sum(1 for line in entry.read_text(encoding="utf-8-sig").splitlines() if line.strip())
-    return 1 if entry.suffix.lower() in IMAGE_SUFFIXES and entry.is_file() else 0
+        lines = [s.strip() for s in entry.read_text(encoding="utf-8-sig").splitlines() if s.strip()]
+        return [Path(s) if Path(s).is_absolute() else entry.parent / s for s in lines]
+    return [entry] if entry.suffix.lower() in IMAGE_SUFFIXES and entry.is_file() else []
 
 
 def count_train_images(data: str, datasets_dir: Path) -> int | None:
@@ -123,7 +127,7 @@ def count_train_images(data: str, datasets_dir: Path) -> int | None:
     total = 0
     for e in entries:
         p = Path(str(e))
-        total += _count_images(p if p.is_absolute() else root / p)
+        total += len(images_in(p if p.is_absolute() else root / p))
     return total or None
 
 
