@@ -14,7 +14,7 @@ import platform
 import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 
-from rig import binding, log
+from rig import binding, flags, log
 from rig.topology import format_cpulist
 
 _logger = log.get("binder")
@@ -25,7 +25,7 @@ _SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "ppc64le": 261}
 
 
 def binding_enabled(environ: Mapping[str, str]) -> bool:
-    return environ.get("NUMA_BINDING", "on").strip().lower() not in {"off", "0", "false", "no"}
+    return flags.switched_on(environ, "NUMA_BINDING")
 
 
 def set_preferred_node(node: int) -> int:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rig import log
+from rig import flags, log
 from rig.errors import RigError
 from rig.nvml import GPU_FIELDS, GpuInfo, Nvml, describe_error
 
@@ -57,7 +57,7 @@ def interval_from_env(environ: Mapping[str, str]) -> float:
 
 
 def enabled_from_env(environ: Mapping[str, str]) -> bool:
-    return environ.get("RIG_TELEMETRY", "1").strip().lower() not in {"0", "false", "no", "off"}
+    return flags.switched_on(environ, "RIG_TELEMETRY")
 
 
 # --------------------------------------------------------------------------------------- step timing
