@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -109,11 +110,11 @@ def test_load_reads_keys_password_and_token_files(tmp_path: Path, pubkey: str) -
     (tmp_path / "authorized_keys").write_text(pubkey + "\n")
     (tmp_path / "pw").write_text("correct horse\n")
     config = serveconfig.load(
-        {"SSH_PASSWORD_FILE": str(tmp_path / "pw"), "JUPYTER_TOKEN": "abc123"}, tmp_path
+        {"SSH_PASSWORD_FILE": str(tmp_path / "pw"), "JUPYTER_TOKEN": "abc123abc123abc1"}, tmp_path
     )
     assert [k.line for k in config.keys] == [pubkey]
     assert config.password == "correct horse"
-    assert config.jupyter_token == "abc123"
+    assert config.jupyter_token == "abc123abc123abc1"
     empty = serveconfig.load({"SSH_PASSWORD": "", "JUPYTER_TOKEN": ""}, tmp_path / "none")
     assert (empty.keys, empty.password, empty.jupyter_token) == ((), None, None)
 
@@ -129,6 +130,7 @@ def test_load_reads_keys_password_and_token_files(tmp_path: Path, pubkey: str) -
         ),
         ({"JUPYTER_TOKEN_FILE": "/nonexistent/t"}, "JUPYTER_TOKEN_FILE=/nonexistent/t: cannot read"),
         ({"JUPYTER_TOKEN": "two words"}, "JUPYTER_TOKEN contains spaces"),
+        ({"JUPYTER_TOKEN": "x" * 15}, "JUPYTER_TOKEN is shorter than 16 characters, short enough to guess"),
         ({"SSH_PUBLIC_KEY": "ssh-ed25519 not-base64"}, "SSH_PUBLIC_KEY line 1 is not a valid SSH public key"),
     ],
 )
@@ -154,13 +156,43 @@ def test_services_selection() -> None:
         services.enabled({"RIG_SERVICES": "sshd,vnc"})
 
 
-def test_jupyter_token_travels_in_the_environment_not_argv() -> None:
-    spec = services.jupyter_spec({"PATH": "/opt/venv/bin", "SSH_PASSWORD": "hunter22"}, "tok", CURRENT)
-    assert not any("tok" in arg for arg in spec.argv)
-    assert spec.env["JUPYTER_TOKEN"] == "tok"
-    assert "SSH_PASSWORD" not in spec.env
+def test_jupyter_token_travels_in_a_config_file_not_the_environment_or_argv() -> None:
+    environ = {"PATH": "/opt/venv/bin", "SSH_PASSWORD": "hunter22", "JUPYTER_TOKEN": "t" * 20}
+    environ |= {"JUPYTER_TOKEN_FILE": "/run/secrets/t", "SSH_PASSWORD_FILE": "/run/secrets/p"}
+    spec = services.jupyter_spec(environ, CURRENT)
+    assert not any("t" * 20 in arg for arg in spec.argv)
+    assert f"--config={services.JUPYTER_TOKEN_CONFIG}" in spec.argv
+    assert not set(spec.env) & serveconfig.SECRET_VARIABLES  # kernels and terminals inherit this
     assert spec.env["HOME"] == "/home/yolo"
     assert "--ServerApp.root_dir=/workspace" in spec.argv
+    assert json.loads(services.jupyter_token_config("t" * 20)) == {"IdentityProvider": {"token": "t" * 20}}
+    tensorboard = services.tensorboard_spec(environ, CURRENT)
+    assert "--host=127.0.0.1" in tensorboard.argv and not set(tensorboard.env) & serveconfig.SECRET_VARIABLES
+
+
+def test_exec_drops_the_secrets_except_for_serve() -> None:
+    assert execcmd.is_serve(["rig", "serve"]) and execcmd.is_serve(["/opt/venv/bin/rig", "serve"])
+    assert not execcmd.is_serve(["env"]) and not execcmd.is_serve(["rig", "train"])
+    environ = {"PATH": "/x", "JUPYTER_TOKEN": "t" * 20, "SSH_PASSWORD_FILE": "/run/secrets/p"}
+    assert serveconfig.without_secrets(environ) == {"PATH": "/x"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "owner", "readable"),
+    [(0o600, (0, 0), False), (0o644, (0, 0), True), (0o640, (0, 4322), True), (0o600, (4321, 0), True)],
+)
+def test_a_secret_file_readable_by_yolo_is_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int, owner: tuple[int, int], readable: bool
+) -> None:
+    ids = users.Ids(4321, 4322)
+    st = os.stat_result((mode | 0o100000, 0, 0, 1, owner[0], owner[1], 0, 0, 0, 0))
+    assert serveconfig.readable_by(st, ids) is readable
+    secret = tmp_path / "pw"
+    secret.write_text("longenough-password")
+    secret.chmod(0o644)
+    serveconfig.load({"SSH_PASSWORD_FILE": str(secret)}, tmp_path, ids=ids)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "SSH_PASSWORD_FILE" in warnings[0] and "chmod 600" in warnings[0]
 
 
 # ---- session environment -----------------------------------------------------------------------

@@ -12,8 +12,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rig import log, users
+from rig import log, ownership, users
 from rig.errors import RigError
+from rig.serveconfig import without_secrets
 
 _logger = log.get("exec")
 
@@ -25,9 +26,12 @@ def gpu_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return gpuenv.updated(environ)
 
 
+def is_serve(command: Sequence[str]) -> bool:
+    return len(command) >= 2 and os.path.basename(command[0]) == "rig" and command[1] == "serve"
+
+
 def stays_root(command: Sequence[str], environ: Mapping[str, str]) -> bool:
-    is_serve = len(command) >= 2 and os.path.basename(command[0]) == "rig" and command[1] == "serve"
-    return is_serve or environ.get("RIG_USER", "").strip() == "root"
+    return is_serve(command) or environ.get("RIG_USER", "").strip() == "root"
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -40,9 +44,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
     user = env.get("RIG_USER", "").strip()
     if user not in ("", users.USER, "root"):
         raise RigError(f"RIG_USER={user!r}: use `yolo` (the default) or `root`")
+    if not is_serve(command):
+        env = without_secrets(env)  # rig serve hands each secret to its one consumer
     if os.geteuid() == 0:
         ids = users.requested_ids(env, users.current_ids())
         users.remap(ids)
+        ownership.follow_ids(ids)
         if not stays_root(command, env):
             env = users.session_environ(env)
             users.drop_privileges(ids)

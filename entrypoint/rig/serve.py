@@ -14,13 +14,13 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from rig import log, serveconfig, services, sessionenv, sshd, users
+from rig import log, paths, safefs, serveconfig, services, sessionenv, sshd, users, workspace
 from rig.errors import RigError
 from rig.supervisor import Policy, Supervisor, install_signal_handlers
 
-STATE_DIR = Path("/var/lib/rig")  # the `state` volume
+STATE_DIR = paths.STATE  # the `state` volume
 TOKEN_FILE = STATE_DIR / "jupyter_token"
-STATE_FILE = Path("/run/rig/services.json")  # what `rig health` reads
+STATE_FILE = paths.RUN / "services.json"  # what `rig health` reads
 
 _logger = log.get("serve")
 
@@ -52,21 +52,6 @@ def load_or_create_token(path: Path = TOKEN_FILE) -> str:
     return token
 
 
-def _seed_notebooks() -> None:
-    try:
-        from rig.workspace import seed_notebooks  # issue 7's module; the image may predate it
-    except ImportError:
-        return
-    seed_notebooks()
-
-
-def _prepare_workspace(ids: users.Ids) -> None:
-    services.RUNS.mkdir(parents=True, exist_ok=True)
-    if services.RUNS.stat().st_uid == 0:
-        os.chown(services.RUNS, ids.uid, ids.gid)
-    _seed_notebooks()
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise RigError(
@@ -75,9 +60,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     environ = dict(os.environ)
     names = services.enabled(environ)
-    config = serveconfig.load(environ)
-    stop_timeout = _stop_timeout(environ)
     ids = users.current_ids()
+    config = serveconfig.load(environ, ids=ids)
+    stop_timeout = _stop_timeout(environ)
 
     # Queue signals from here on: a TERM during the start is handled as a clean stop.
     STATE_FILE.unlink(missing_ok=True)  # a restarted container must not look healthy from the last run
@@ -104,17 +89,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 "SSH: no key and no password, nobody can log in; set SSH_PUBLIC_KEY (or mount "
                 "/run/secrets/authorized_keys, or set SSH_PASSWORD_FILE)"
             )
-    token = config.jupyter_token or (load_or_create_token() if "jupyter" in names else "")
     if "jupyter" in names or "tensorboard" in names:
-        _prepare_workspace(ids)
+        workspace.prepare(ids)  # as yolo, in a child with a deadline: root never acts in /workspace
     if "jupyter" in names:
+        token = config.jupyter_token or load_or_create_token()
+        safefs.write_file(
+            services.JUPYTER_TOKEN_CONFIG, services.jupyter_token_config(token), 0o600, (ids.uid, ids.gid)
+        )
         url = f"http://localhost:{environ.get('RIG_JUPYTER_PUBLISHED_PORT', services.JUPYTER_PORT)}/lab"
         if config.jupyter_token is None:
             _logger.info("JupyterLab: %s?token=%s (token kept in %s)", url, token, TOKEN_FILE)
         else:
             _logger.info("JupyterLab: %s (token: the one you set)", url)
 
-    specs = services.plan(names, environ, token=token, password_login=config.password is not None, ids=ids)
+    specs = services.plan(names, environ, password_login=config.password is not None, ids=ids)
     policy = Policy(stop_timeout=stop_timeout)
     return Supervisor(specs, events=events, policy=policy, state_file=STATE_FILE).run()
 

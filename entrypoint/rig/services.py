@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rig import sshd, users
+from rig import paths, sshd, users
 from rig.errors import RigError
+from rig.serveconfig import without_secrets
 
-WORKSPACE = Path("/workspace")
-RUNS = WORKSPACE / "runs"
+WORKSPACE = paths.WORKSPACE
+RUNS = paths.RUNS
 JUPYTER_PORT = 8888
 TENSORBOARD_PORT = 6006
 ALL = ("sshd", "jupyter", "tensorboard")
+# JupyterLab's token, in a config file only yolo can read: an environment variable would be
+# inherited by every kernel and terminal, and argv is visible to every process.
+JUPYTER_TOKEN_CONFIG = paths.RUN / "jupyter_token_config.json"
 
 
 @dataclass(frozen=True)
@@ -38,16 +43,16 @@ def enabled(environ: Mapping[str, str]) -> tuple[str, ...]:
     return names
 
 
-def _without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if k not in ("SSH_PASSWORD", "JUPYTER_TOKEN")}
-
-
 def sshd_spec(environ: Mapping[str, str], password_login: bool) -> ServiceSpec:
     # sshd gives each login a clean environment; the session's comes from rig.sessionenv.
-    return ServiceSpec("sshd", tuple(sshd.command(password_login)), sshd.PORT, _without_secrets(environ))
+    return ServiceSpec("sshd", tuple(sshd.command(password_login)), sshd.PORT, without_secrets(environ))
 
 
-def jupyter_spec(environ: Mapping[str, str], token: str, ids: users.Ids) -> ServiceSpec:
+def jupyter_token_config(token: str) -> bytes:
+    return (json.dumps({"IdentityProvider": {"token": token}}) + "\n").encode()
+
+
+def jupyter_spec(environ: Mapping[str, str], ids: users.Ids) -> ServiceSpec:
     argv = (
         "/opt/venv/bin/python",
         "-m",
@@ -60,10 +65,9 @@ def jupyter_spec(environ: Mapping[str, str], token: str, ids: users.Ids) -> Serv
         # The box is offline by default: no update checks or news feed from the browser's server.
         "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--config={JUPYTER_TOKEN_CONFIG}",
     )
-    env = users.session_environ(_without_secrets(environ))
-    # The token travels in the environment, not argv, which every local user can read with ps.
-    env["JUPYTER_TOKEN"] = token
+    env = users.session_environ(without_secrets(environ))
     return ServiceSpec("jupyter", argv, JUPYTER_PORT, env, ids, WORKSPACE)
 
 
@@ -75,19 +79,21 @@ def tensorboard_spec(environ: Mapping[str, str], ids: users.Ids) -> ServiceSpec:
         "10",
         "/opt/venv/bin/tensorboard",
         f"--logdir={RUNS}",
-        "--host=0.0.0.0",
+        # No authentication of its own: reachable only inside the container, through JupyterLab's
+        # proxy (/proxy/6006/, under the token) or an SSH tunnel (-L 6006:localhost:6006).
+        "--host=127.0.0.1",
         f"--port={TENSORBOARD_PORT}",
     )
-    env = users.session_environ(_without_secrets(environ))
+    env = users.session_environ(without_secrets(environ))
     return ServiceSpec("tensorboard", argv, TENSORBOARD_PORT, env, ids, WORKSPACE)
 
 
 def plan(
-    names: Sequence[str], environ: Mapping[str, str], *, token: str, password_login: bool, ids: users.Ids
+    names: Sequence[str], environ: Mapping[str, str], *, password_login: bool, ids: users.Ids
 ) -> list[ServiceSpec]:
     builders = {
         "sshd": lambda: sshd_spec(environ, password_login),
-        "jupyter": lambda: jupyter_spec(environ, token, ids),
+        "jupyter": lambda: jupyter_spec(environ, ids),
         "tensorboard": lambda: tensorboard_spec(environ, ids),
     }
     return [builders[name]() for name in names]

@@ -11,17 +11,17 @@ writes the resolved environment once at start, twice:
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from rig import safefs
+from rig.serveconfig import SECRET_VARIABLES as SECRETS
+
 PROFILE = Path("/etc/profile.d/rig-env.sh")
 SSHD_INCLUDE = Path("/etc/ssh/sshd_config.d/rig-env.conf")
 
-# Never written: rig's own secrets (the file is world-readable).
-SECRETS = frozenset({"SSH_PASSWORD", "JUPYTER_TOKEN"})
 # Per-session values sshd, login or the shell set themselves; exporting ours would be wrong.
 PER_SESSION = frozenset(
     {
@@ -83,14 +83,6 @@ def render_sshd(environ: Mapping[str, str]) -> str:
     )
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def write(environ: Mapping[str, str], profile: Path = PROFILE, sshd_include: Path = SSHD_INCLUDE) -> None:
-    _write(profile, render_profile(environ))
-    _write(sshd_include, render_sshd(environ))
+    safefs.write_file(profile, render_profile(environ).encode())
+    safefs.write_file(sshd_include, render_sshd(environ).encode())

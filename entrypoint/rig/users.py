@@ -9,15 +9,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import log
+from rig import log, safefs
 from rig.errors import RigError
 
 USER = "yolo"
 HOME = Path("/home/yolo")
 SHELL = "/bin/bash"
-# Top-level directories the user must own after a remap (named volumes keep the image's 1000).
-OWNED_DIRS = (Path("/workspace"),)
 _MAX_ID = 2**31 - 2
+_NO_LIMIT = float("inf")
 
 _logger = log.get("users")
 
@@ -73,11 +72,10 @@ def remap(target: Ids, root: Path = Path("/")) -> bool:
         _run(["groupmod", "-o", "-g", str(target.gid), USER])
     if current.uid != target.uid:
         _run(["usermod", "-o", "-u", str(target.uid), USER])  # also chowns the home directory
-    if current.gid != target.gid:
-        _run(["chown", "-R", f"{target.uid}:{target.gid}", str(HOME)])
-    for directory in OWNED_DIRS:
-        if directory.is_dir() and directory.stat().st_uid == current.uid:
-            os.chown(directory, target.uid, target.gid)
+    # The home directory is in the container's layer, which a restart keeps, links yolo made included.
+    safefs.reown_tree(
+        root / HOME.relative_to("/"), (current.uid, current.gid), (target.uid, target.gid), _NO_LIMIT
+    )
     _logger.info("user %s now has uid %d gid %d (RIG_UID/RIG_GID)", USER, target.uid, target.gid)
     return True
 

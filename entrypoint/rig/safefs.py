@@ -1,0 +1,210 @@
+"""File actions on paths a user can write, done without ever following a link.
+
+`rig` starts as root and prepares volumes (`/workspace`, `/datasets`, `/weights`) whose contents
+user `yolo` controls, also while another container (a `make train` job) runs on the same volume.
+Every action here therefore works on descriptors: directories are opened with `O_NOFOLLOW`, names
+are resolved relative to an open directory (`dir_fd`), a file is read only when `fstat` on the
+open descriptor says it is a regular file of bounded size, and modes and owners are changed on
+the descriptor or with `AT_SYMLINK_NOFOLLOW`. A link, FIFO, device or oversized file where a file
+is expected becomes a `Skipped` with the reason, which callers log once and step over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_CHUNK = 1 << 20
+Ids = tuple[int, int]
+
+
+class Skipped(Exception):
+    """A path that is not what it should be (a link, a FIFO, a file for a folder, too large)."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a file"
+
+
+def describe(name: str, dir_fd: int) -> str:
+    """What is at name, without following it: 'a symbolic link', 'a FIFO', ..."""
+    try:
+        return _kind(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return "nothing"
+
+
+def open_dir(path: str | Path, dir_fd: int | None = None) -> int:
+    """An open directory descriptor; Skipped when path is a link or not a directory."""
+    try:
+        return os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
+    except (NotADirectoryError, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        what = describe(str(path), dir_fd) if dir_fd is not None else "not a folder"
+        raise Skipped(f"it is {what}, not a folder") from None
+
+
+@contextlib.contextmanager
+def opened_dir(path: str | Path, dir_fd: int | None = None) -> Iterator[int]:
+    fd = open_dir(path, dir_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def ensure_dir(name: str, dir_fd: int, mode: int = 0o755) -> int:
+    """Open the subdirectory name of dir_fd, creating it if missing; Skipped if something else is there."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, mode, dir_fd=dir_fd)
+    return open_dir(name, dir_fd)
+
+
+def read_regular(name: str, dir_fd: int, max_bytes: int) -> bytes | None:
+    """The content of the regular file name; None if there is nothing; Skipped for anything else."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError:  # ELOOP: a link; EISDIR; ENXIO: a socket
+        raise Skipped(f"it is {describe(name, dir_fd)}, not a regular file") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Skipped(f"it is {_kind(st.st_mode)}, not a regular file")
+        if st.st_size > max_bytes:
+            raise Skipped(f"it is larger than {max_bytes // (1 << 20)} MiB ({st.st_size} bytes)")
+        os.set_blocking(fd, True)
+        chunks = []
+        total = 0
+        while chunk := os.read(fd, _CHUNK):
+            total += len(chunk)
+            if total > max_bytes:  # it grew while being read
+                raise Skipped(f"it is larger than {max_bytes // (1 << 20)} MiB")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(
+    name: str, data: bytes, dir_fd: int, mode: int = 0o644, owner: tuple[int, int] | None = None
+) -> None:
+    """Write name in dir_fd through a new temporary file renamed over it: a link planted at name is
+    replaced, never followed, and a crash leaves the old content or the new one. Mode and owner are
+    set on the open descriptor, so nobody can swap the file in between. A directory at name: Skipped.
+    """
+    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(
+        tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+    )
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            f.write(data)
+            f.flush()
+            os.fsync(fd)
+        os.fchmod(fd, mode)
+        if owner is not None:
+            os.fchown(fd, *owner)
+        os.close(fd)
+        fd = -1
+        try:
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except IsADirectoryError:
+            raise Skipped("it is a folder, not a regular file") from None
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+
+
+def write_file(path: Path, data: bytes, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
+    """write_atomic for a path whose folder is trusted (root's own, e.g. /run/rig); created if missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with opened_dir(path.parent) as dfd:
+        write_atomic(path.name, data, dfd, mode, owner)
+
+
+@dataclass
+class ReownResult:
+    changed: int = 0
+    complete: bool = True
+
+
+def reown_tree(
+    root: Path,
+    old: tuple[int, int],
+    new: tuple[int, int],
+    deadline: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> ReownResult:
+    """Give new uid (gid) whatever under root has the old uid (gid). Links are re-owned themselves
+    (never their targets) and never descended into; other file systems mounted below root are left
+    alone. Stops at deadline (a monotonic time) with complete=False.
+    """
+    result = ReownResult()
+    try:
+        root_fd = open_dir(root)
+    except (FileNotFoundError, Skipped):
+        return result
+    try:
+        device = os.fstat(root_fd).st_dev
+        _reown_entry(".", root_fd, old, new, result)
+        # fwalk re-checks every directory it enters against the lstat it made: a folder swapped for a
+        # link in between is not followed.
+        for _dirpath, dirnames, filenames, dfd in os.fwalk(".", follow_symlinks=False, dir_fd=root_fd):
+            if clock() > deadline:
+                result.complete = False
+                break
+            for name in list(dirnames):
+                try:
+                    if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_dev != device:
+                        dirnames.remove(name)  # a mount of its own below the volume
+                        continue
+                except OSError:
+                    continue
+                _reown_entry(name, dfd, old, new, result)
+            for name in filenames:
+                _reown_entry(name, dfd, old, new, result)
+    finally:
+        os.close(root_fd)
+    return result
+
+
+def _reown_entry(
+    name: str, dir_fd: int, old: tuple[int, int], new: tuple[int, int], result: ReownResult
+) -> None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return
+    uid = new[0] if st.st_uid == old[0] else -1
+    gid = new[1] if st.st_gid == old[1] else -1
+    if uid == -1 and gid == -1:
+        return
+    with contextlib.suppress(OSError):
+        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+        result.changed += 1
