@@ -395,8 +395,8 @@ def test_a_new_rig_uid_takes_over_runs_and_notebooks(image: str, tmp_path: Path)
         up(ws)
         out = as_yolo(
             ws,
-            "id -u; touch /workspace/runs/new /workspace/notebooks/new /workspace/runs/detect/train/last.pt "
-            "&& echo writable; cd /workspace; stat -c %u:%g runs/detect/train/last.pt notebooks/quickstart.ipynb",
+            "id -u; cd /workspace; touch runs/new notebooks/new runs/detect/train/last.pt && echo writable; "
+            "stat -c %u:%g runs/detect/train/last.pt notebooks/quickstart.ipynb",
         )
         assert out.split() == ["5555", "writable", "5555:5556", "5555:5556"], out
         assert owners(ws, "/opt/venv", "/opt/venv/bin/rig", "/etc/passwd") == [
