@@ -66,7 +66,9 @@ RUN --mount=type=secret,id=ca \
     && cp /tmp/requirements.txt /opt/venv/requirements.lock.txt
 
 COPY docker/strip-debug.sh /usr/local/lib/rig/strip-debug.sh
-RUN /usr/local/lib/rig/strip-debug.sh /opt/venv
+# uv leaves a world-writable .lock in the venv; nothing in /opt/venv may be writable by a user.
+RUN /usr/local/lib/rig/strip-debug.sh /opt/venv \
+    && rm -f /opt/venv/.lock
 
 # ---------------------------------------------------------------------------------------------
 # Our Ultralytics defaults and settings. A stage of its own: the runtime takes only the files it
@@ -107,7 +109,8 @@ FROM builder AS project
 COPY pyproject.toml uv.lock README.md /src/
 COPY entrypoint /src/entrypoint
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv pip install --python /opt/venv/bin/python --prefix /opt/rig-project --quiet --no-deps --offline /src
+    uv pip install --python /opt/venv/bin/python --prefix /opt/rig-project --quiet --no-deps --offline /src \
+    && rm -f /opt/rig-project/.lock
 
 # ---------------------------------------------------------------------------------------------
 FROM base AS runtime
