@@ -61,9 +61,11 @@ lint: venv ## ruff, mypy on entrypoint/, hadolint on the Dockerfile
 test: lint build ## lint, build the image, run every CPU test against it
 	IMAGE=$(IMAGE):$(TAG) PYTHONPATH=entrypoint $(VENV)/bin/pytest -m 'not gpu' $(PYTEST_ARGS)
 
+# As yolo, never root: root's `docker exec` starts in /workspace, where python imports what a user left.
 .PHONY: shell
-shell: ## an interactive shell in the image
-	docker run --rm -it --shm-size=8g $(IMAGE):$(TAG) bash
+shell: ## a login shell as yolo: in the running workstation, else in a new container
+	@if [ -n "$$($(COMPOSE) ps -q workstation 2>/dev/null)" ]; then $(COMPOSE) exec -u yolo workstation bash -l; \
+	else docker run --rm -it --shm-size=8g $(IMAGE):$(TAG) bash -l; fi
 
 # The workstation. Where Docker has no NVIDIA runtime, compose.cpu.yaml is added (GPU=no forces
 # it, GPU=yes leaves it out). Recursive (=): docker is asked only when a target uses it.

@@ -140,7 +140,6 @@ def start(project_prefix: str, tmp: Path, **env: str) -> Workstation:
             "SSH_PUBLIC_KEY": key.with_suffix(".pub").read_text().strip(),
             "SSH_PORT": str(free_port()),
             "JUPYTER_PORT": str(free_port()),
-            "TENSORBOARD_PORT": str(free_port()),
             **env,
         },
     )

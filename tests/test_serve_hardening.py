@@ -42,6 +42,9 @@ WRITABLE_BY_DESIGN = (
     # JupyterLab's token config, yolo's own file in root's /run/rig (rewritten by root at each start,
     # by rename, never followed).
     "/run/rig/jupyter_token_config.json",
+    # compose mounts /dev/null here when no authorized_keys file is given (find sees the mount
+    # point's own type, a file, not the device).
+    "/run/secrets/authorized_keys",
 )
 
 KERNEL_CLIENT = r"""
@@ -132,7 +135,9 @@ def owners(ws: Workstation, *paths: str) -> list[str]:
 def writable_by_yolo(ws: Workstation) -> list[str]:
     prune = " -o ".join(f"-path {p}" for p in ("/proc", "/sys", "/dev/pts"))
     out = as_yolo(
-        ws, f"find / -xdev \\( {prune} \\) -prune -o -writable ! -type c -print 2>/dev/null; true", timeout=120
+        ws,
+        f"find / -xdev \\( {prune} \\) -prune -o -writable ! -type c -print 2>/dev/null; true",
+        timeout=120,
     )
     allowed = WRITABLE_BY_DESIGN
     return [p for p in out.splitlines() if p and not any(p == a or p.startswith(a + "/") for a in allowed)]
@@ -228,14 +233,15 @@ def test_secrets_reach_no_kernel_terminal_or_session(hws: Workstation) -> None:
     )
     assert "KERNEL-OUTPUT:[]" in result.stdout, result.stdout + result.stderr
     probe = TERMINAL_CLIENT.replace("open('/var/lib/rig/jupyter_token').read().strip()", repr(TOKEN)).replace(
-        "$(id -un)", "$(env | grep -c -E 'PASSWORD|TOKEN')"
+        "$(id -un)", "$(env | grep -c -e PASSWORD -e TOKEN)"
     )
     term = hws.compose("exec", "-T", "workstation", "timeout", "40", "python", "-", input=probe, check=False)
     assert "@@0@@" in term.stdout, term.stdout + term.stderr
     assert as_yolo(hws, "env | grep -c -E 'PASSWORD|TOKEN'; true").strip() == "0"
     # JupyterLab itself has the token from a file only yolo reads, not from its environment.
-    pid = hws.services()["jupyter"]["pid"]
-    assert "TOKEN" not in hws.exec(f"tr '\\0' '\\n' < /proc/{pid}/environ")
+    # Read as yolo, like any login could (root in the container lacks CAP_SYS_PTRACE for this).
+    environ = as_yolo(hws, "tr '\\0' '\\n' < /proc/$(pgrep -o -u yolo -f 'rig[.]labserver')/environ")
+    assert "PATH=" in environ and "TOKEN" not in environ and "PASSWORD" not in environ
     assert hws.exec("stat -c '%U %a' /run/rig/jupyter_token_config.json").split() == ["yolo", "600"]
     # The password still works: sshd's database got it.
     assert hws.ssh("true", password=PASSWORD).returncode == 0

@@ -61,7 +61,6 @@ def one_run(files: list[str], key: Path, timeout: float) -> float:
         "JUPYTER_TOKEN": token,
         "SSH_PORT": str(ssh_port),
         "JUPYTER_PORT": str(jupyter_port),
-        "TENSORBOARD_PORT": str(free_port()),
     }
     compose = ["docker", "compose", "-p", project, *files]
     try:
