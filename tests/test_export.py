@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from rig.errors import RigError
-from rig.export import find_images
+from rig.yolo.export import find_images
 
 
 def _run(*argv: str) -> tuple[int, list[str]]:
@@ -69,7 +69,7 @@ def test_find_images(tmp_path: Path) -> None:
 # Inside the image: the comparison flags an error of 1 % of a channel's scale and passes round-off.
 COMPARE_CHECK = """
 import numpy as np
-from rig.export import compare
+from rig.yolo.export import compare
 ref = np.zeros((1, 6, 84), dtype=np.float32)
 ref[:, :4] = 640.0 * np.random.default_rng(0).random((1, 4, 84))
 ref[:, 4:] = np.random.default_rng(1).random((1, 2, 84))

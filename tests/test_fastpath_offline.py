@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from rig.errors import RigError
-from rig.offline import check_args, missing_data, missing_weights, settings_dirs
+from rig.yolo.offline import check_args, missing_data, missing_weights, settings_dirs
 
 
 @pytest.fixture

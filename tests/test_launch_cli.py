@@ -19,8 +19,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from rig import binding, cli, gpuenv, launch, nodes
+from rig import cli
 from rig.errors import RigError
+from rig.launch import binding, gpuenv, job, nodes
 
 from tests.launch_fakesys import FakeSys, bus
 
@@ -129,7 +130,7 @@ def test_dry_run_prints_the_exact_torchrun_command(
         (ids.split(",")[1], (4, 5, 6, 7), 0),
     ]
     program = cmd[cmd.index("--") + 1 :]
-    assert program[:3] == [sys.executable, "-m", "rig.trainer"]
+    assert program[:3] == [sys.executable, "-m", "rig.launch.trainer"]
     args = dict(a.split("=", 1) for a in program[3:])
     assert args["device"] == "0,1" and args["batch"] == "16" and args["workers"] == "3"
     assert args["project"] == str(runs) and args["name"] == "train" and args["exist_ok"] == "True"
@@ -139,11 +140,11 @@ def test_dry_run_prints_the_exact_torchrun_command(
 
 
 def test_run_directory_is_decided_once(tmp_path: Path) -> None:
-    assert launch.next_run_dir(tmp_path, "train", False) == tmp_path / "train"
+    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train"
     (tmp_path / "train").mkdir()
     (tmp_path / "train2").mkdir()
-    assert launch.next_run_dir(tmp_path, "train", False) == tmp_path / "train3"
-    assert launch.next_run_dir(tmp_path, "train", True) == tmp_path / "train"
+    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train3"
+    assert job.next_run_dir(tmp_path, "train", True) == tmp_path / "train"
 
 
 def test_gpu_ids_and_device_choose_the_same_gpus(
@@ -278,7 +279,7 @@ def _bind(local_rank: int, plan: list[binding.RankBinding], **env: str) -> subpr
     argv = [
         sys.executable,
         "-m",
-        "rig.binder",
+        "rig.launch.binder",
         "--plan",
         binding.to_json(plan),
         "--",
@@ -331,7 +332,7 @@ class _FakeUltralyticsTrainer:
 def test_trainer_uses_the_global_world_size_and_skips_validation_when_stopping(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rig import trainer
+    from rig.launch import trainer
 
     cls = trainer.rig_trainer_class(_FakeUltralyticsTrainer)
     monkeypatch.setenv("WORLD_SIZE", "8")  # 2 nodes x 4 GPUs; `device` lists this node's 4
@@ -436,7 +437,7 @@ def test_a_stop_mid_epoch_keeps_nothing_of_it_and_resume_runs_it_again(
     epochs: int,
     stop_in: int,
 ) -> None:
-    from rig import trainer
+    from rig.launch import trainer
 
     monkeypatch.delenv("RANK", raising=False)
 
@@ -470,7 +471,7 @@ def test_a_stop_mid_epoch_keeps_nothing_of_it_and_resume_runs_it_again(
 def test_resume_of_other_checkpoints_is_ultralytics_own(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from rig import trainer
+    from rig.launch import trainer
 
     caplog.set_level(logging.INFO, logger="rig")
     cls = trainer.rig_trainer_class(_FakeCheckpointingTrainer)

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from rig import binding, cli
+from rig import cli
 from rig.errors import RigError
-from rig.topology import (
+from rig.launch import binding
+from rig.launch.topology import (
     apply_visible_devices,
     format_cpulist,
     normalize_bus_id,

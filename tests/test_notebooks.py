@@ -72,7 +72,7 @@ def test_runs_top_to_bottom_in_the_image(containers: Any, name: str) -> None:
     ours = hashlib.sha256((NOTEBOOKS / f"{name}.ipynb").read_bytes()).hexdigest()
     assert baked == ours, f"the image holds another {name}.ipynb; rebuild it with `make build`"
 
-    seed = "from rig.workspace import seed_notebooks; print(seed_notebooks())"
+    seed = "from rig.workstation.workspace import seed_notebooks; print(seed_notebooks())"
     rc, out = containers.exec(box, ["python", "-c", seed], timeout=60, user="yolo")
     assert rc == 0, out
     rc, out = containers.exec(

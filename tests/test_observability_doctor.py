@@ -10,11 +10,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from rig import doctor, doctor_gather
-from rig.binding import make_plan
-from rig.doctor import Check, DatasetFacts, Facts, GpuFact
 from rig.errors import RigError
-from rig.topology import Gpu, Topology
+from rig.launch.binding import make_plan
+from rig.launch.topology import Gpu, Topology
+from rig.observe import doctor, doctor_gather
+from rig.observe.doctor import Check, DatasetFacts, Facts, GpuFact
 
 from tests.scripts.fake_nvml import FakeGpu, FakeNvml
 
@@ -339,7 +339,8 @@ def test_bench_runs_rig_bench_quick_on_the_given_data(monkeypatch: pytest.Monkey
         seen.append(opts.kw)
         return {"loader": {"ours_img_s": 10.0}, "step_img_s": 100.0, "bottleneck": "loader"}
 
-    monkeypatch.setitem(sys.modules, "rig.bench", SimpleNamespace(BenchOptions=Options, run_bench=run_bench))
+    fake = SimpleNamespace(BenchOptions=Options, run_bench=run_bench)
+    monkeypatch.setitem(sys.modules, "rig.observe.bench", fake)
     result, error = doctor_gather.run_bench("/datasets/demo/data.yaml", batch=32, imgsz=320)
     assert error is None and result is not None and result["bottleneck"] == "loader"
     assert seen == [{"data": "/datasets/demo/data.yaml", "quick": True, "batch": 32, "imgsz": 320}]
@@ -347,7 +348,8 @@ def test_bench_runs_rig_bench_quick_on_the_given_data(monkeypatch: pytest.Monkey
     def broken(opts: Options) -> dict[str, Any]:
         raise RuntimeError("CUDA error: out of memory")
 
-    monkeypatch.setitem(sys.modules, "rig.bench", SimpleNamespace(BenchOptions=Options, run_bench=broken))
+    fake = SimpleNamespace(BenchOptions=Options, run_bench=broken)
+    monkeypatch.setitem(sys.modules, "rig.observe.bench", fake)
     assert doctor_gather.run_bench(None, batch=16, imgsz=640) == (
         None,
         "RuntimeError: CUDA error: out of memory",

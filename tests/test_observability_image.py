@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rig import doctor
+from rig.observe import doctor
 
 from tests.conftest import Containers, wait_until
 

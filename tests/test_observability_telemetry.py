@@ -11,9 +11,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from rig import nvml as nvml_module
-from rig import telemetry
 from rig.errors import RigError
+from rig.observe import nvml as nvml_module
+from rig.observe import telemetry
 
 from tests.conftest import wait_until
 from tests.scripts.fake_nvml import NVML_ERROR_NOT_SUPPORTED, FakeGpu, FakeNvml

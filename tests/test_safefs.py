@@ -1,4 +1,4 @@
-"""rig.safefs and rig.ownership: what root does in volumes a user controls, tried with hostile links."""
+"""rig.safefs and rig.workstation.ownership: what root does where a user can write, with hostile links."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from rig import ownership, safefs, users
+from rig import safefs
+from rig.workstation import ownership, users
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")
 

@@ -131,9 +131,8 @@ def owners(ws: Workstation, *paths: str) -> list[str]:
 
 def writable_by_yolo(ws: Workstation) -> list[str]:
     prune = " -o ".join(f"-path {p}" for p in ("/proc", "/sys", "/dev/pts"))
-    out = as_yolo(
-        ws, f"find / -xdev \\( {prune} \\) -prune -o -writable ! -type c -print 2>/dev/null; true", timeout=120
-    )
+    find = f"find / -xdev \\( {prune} \\) -prune -o -writable ! -type c -print 2>/dev/null; true"
+    out = as_yolo(ws, find, timeout=120)
     allowed = WRITABLE_BY_DESIGN
     return [p for p in out.splitlines() if p and not any(p == a or p.startswith(a + "/") for a in allowed)]
 

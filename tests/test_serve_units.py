@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from rig import execcmd, serveconfig, services, sessionenv, sshd, users
+from rig.commands import exec as execcmd
 from rig.errors import RigError
-from rig.supervisor import Policy, State, Status, Supervisor, after_exit, classify, listening
+from rig.workstation import serveconfig, services, sessionenv, sshd, users
+from rig.workstation.supervisor import Policy, State, Status, Supervisor, after_exit, classify, listening
 
 needs_ssh_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
 CURRENT = users.Ids(1000, 1000)
@@ -392,7 +393,7 @@ def test_host_keys_are_generated_once(tmp_path: Path) -> None:
 
 
 def test_generated_token_is_kept(tmp_path: Path) -> None:
-    from rig.serve import load_or_create_token
+    from rig.commands.serve import load_or_create_token
 
     token = load_or_create_token(tmp_path / "state/jupyter_token")
     assert len(token) == 48
@@ -403,7 +404,7 @@ def test_generated_token_is_kept(tmp_path: Path) -> None:
 def test_health_reports_what_is_wrong(tmp_path: Path) -> None:
     import json
 
-    from rig import health
+    from rig.commands import health
 
     state = tmp_path / "services.json"
     assert health.check(state) == [f"no service state in {state}: is `rig serve` running?"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rig.tuning import Decision, Resources, count_train_images, decide, launch_decisions, read_resources
+from rig.yolo.tuning import Decision, Resources, count_train_images, decide, launch_decisions, read_resources
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from rig import users, workspace
-from rig.workspace import MANIFEST, Action, FileState, decide, seed_notebooks
+from rig.workstation import users, workspace
+from rig.workstation.workspace import MANIFEST, Action, FileState, decide, seed_notebooks
 
 S, D, OLD = "src-hash", "dst-hash", "old-hash"
 

@@ -31,7 +31,7 @@ timeout 60 "$PY" -m rig plan >"$OUT/plan.txt" 2>&1
 timeout 60 "$PY" - "$OUT" <<'EOF' && result discovery pass || result discovery fail "see discovery.json"
 import json, re, sys
 from pathlib import Path
-from rig.topology import normalize_bus_id, parse_cpulist, read_topology
+from rig.launch.topology import normalize_bus_id, parse_cpulist, read_topology
 
 out = Path(sys.argv[1])
 smi = [line.split(", ") for line in (out / "gpus.csv").read_text().splitlines() if line.strip()]

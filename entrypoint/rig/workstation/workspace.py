@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from rig import log, paths, safefs, users
+from rig import log, paths, safefs
+from rig.workstation import users
 
 _logger = log.get("workspace")
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from rig import paths, sshd, users
+from rig import paths
 from rig.errors import RigError
-from rig.serveconfig import without_secrets
+from rig.workstation import sshd, users
+from rig.workstation.serveconfig import without_secrets
+from rig.workstation.spec import ServiceSpec
 
 WORKSPACE = paths.WORKSPACE
 RUNS = paths.RUNS
@@ -19,16 +19,6 @@ ALL = ("sshd", "jupyter", "tensorboard")
 # JupyterLab's token, in a config file only yolo can read: an environment variable would be
 # inherited by every kernel and terminal, and argv is visible to every process.
 JUPYTER_TOKEN_CONFIG = paths.RUN / "jupyter_token_config.json"
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    name: str
-    argv: tuple[str, ...]
-    port: int  # it is RUNNING once this port accepts connections on 127.0.0.1
-    env: Mapping[str, str] = field(default_factory=dict)
-    ids: users.Ids | None = None  # None: stays root (sshd drops privileges per login itself)
-    cwd: Path = Path("/")
 
 
 def enabled(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -44,7 +34,7 @@ def enabled(environ: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def sshd_spec(environ: Mapping[str, str], password_login: bool) -> ServiceSpec:
-    # sshd gives each login a clean environment; the session's comes from rig.sessionenv.
+    # sshd gives each login a clean environment; the session's comes from rig.workstation.sessionenv.
     return ServiceSpec("sshd", tuple(sshd.command(password_login)), sshd.PORT, without_secrets(environ))
 
 
@@ -56,7 +46,7 @@ def jupyter_spec(environ: Mapping[str, str], ids: users.Ids) -> ServiceSpec:
     argv = (
         "/opt/venv/bin/python",
         "-m",
-        "rig.labserver",  # `jupyter lab`, minus a slow import (see there)
+        "rig.workstation.labserver",  # `jupyter lab`, minus a slow import (see there)
         "--no-browser",
         "--ServerApp.ip=0.0.0.0",
         f"--ServerApp.port={JUPYTER_PORT}",

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from rig import flags, log
 from rig.errors import RigError
-from rig.nvml import GPU_FIELDS, GpuInfo, Nvml, describe_error
+from rig.observe.nvml import GPU_FIELDS, GpuInfo, Nvml, describe_error
 
 LOG = log.get("telemetry")
 

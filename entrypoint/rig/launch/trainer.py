@@ -1,4 +1,4 @@
-"""What each rank runs: `python -m rig.trainer key=value ...` -> YOLO(model).train(**args).
+"""What each rank runs: `python -m rig.launch.trainer key=value ...` -> YOLO(model).train(**args).
 
 Under torchrun, Ultralytics takes its world size from `device` (the GPUs of this node); across
 nodes that is wrong, so the trainer class is extended to use torchrun's global WORLD_SIZE (its
@@ -180,7 +180,7 @@ def rig_trainer_class(base: type) -> type:
 
 def _attach_telemetry(model: Any, run_dir: str | None) -> None:
     try:
-        telemetry = importlib.import_module("rig.telemetry")
+        telemetry = importlib.import_module("rig.observe.telemetry")
     except ImportError:
         _logger.info("telemetry is not in this image; training without it")
         return

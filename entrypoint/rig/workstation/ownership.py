@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rig import log, paths, safefs, users
+from rig import log, paths, safefs
+from rig.workstation import users
 
 RECORD = paths.STATE / "yolo-ids"
 IMAGE_IDS = users.Ids(1000, 1000)  # the Dockerfile's `useradd --uid 1000`

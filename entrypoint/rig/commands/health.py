@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rig.supervisor import listening
+from rig.workstation.supervisor import listening
 
 STATE_FILE = Path("/run/rig/services.json")
 

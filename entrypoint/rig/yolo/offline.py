@@ -8,13 +8,11 @@ datasets_dir (the `weights` and `datasets` volumes).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -111,22 +109,3 @@ def check_args(args: Sequence[str], environ: Mapping[str, str] = os.environ) -> 
     for problem in problems:
         if problem:
             raise RigError(problem)
-
-
-def cmd_yolo(args: argparse.Namespace) -> int:
-    argv = list(args.args)
-    check_args(argv)
-    _logger.info("Executing: yolo %s", " ".join(argv))
-    try:
-        os.execvp("yolo", ["yolo", *argv])
-    except FileNotFoundError:
-        raise RigError("the `yolo` command is not installed in this environment", 127) from None
-    return 0  # not reached
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "yolo", help="run the Ultralytics `yolo` CLI, first checking that model= and data= are on disk"
-    )
-    p.add_argument("args", nargs=argparse.REMAINDER, help="the yolo arguments, e.g. predict model=yolo11n.pt")
-    p.set_defaults(func=cmd_yolo)

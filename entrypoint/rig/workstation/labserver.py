@@ -1,4 +1,4 @@
-"""`python -m rig.labserver ARGS`: JupyterLab, started about twice as fast.
+"""`python -m rig.workstation.labserver ARGS`: JupyterLab, started about twice as fast.
 
 jsonschema imports `rfc3987_syntax` when it is installed (nbformat's `format-nongpl` extra pulls it
 in), and that module compiles ~35 Lark parsers at import: seconds of the server's start on a busy

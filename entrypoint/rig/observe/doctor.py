@@ -1,6 +1,6 @@
 """`rig doctor`: find what is wrong with this training box, one check at a time, each with its fix.
 
-Gathering (rig.doctor_gather) reads the world once into `Facts`; every check here is a pure function
+Gathering (rig.observe.doctor_gather) reads the world once into `Facts`; every check here is a pure function
 of those facts, so tests run them on tables of made-up machines. A check passes, warns or fails;
 `skip` marks a check that had nothing to look at (no GPU to bind, no --data, no --bench) and, like
 a warning, does not change the exit code. Any failure exits 1.
@@ -8,7 +8,6 @@ a warning, does not change the exit code. Any failure exits 1.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -16,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rig.binding import Plan
-from rig.topology import Topology, format_cpulist
+from rig.launch.binding import Plan
+from rig.launch.topology import Topology, format_cpulist
 
 MIN_DRIVER = "530.30.02"  # CUDA 12.1's minimum Linux driver (CUDA 12.1 release notes, table 3)
 GIB = 1 << 30
@@ -63,7 +62,7 @@ class DatasetFacts:
     sampled_bytes: int = 0
     read_s: float = 0.0
     unreadable: tuple[str, ...] = ()
-    cache_value: str | None = None  # rig.tuning's cache decision: "ram" or "False"
+    cache_value: str | None = None  # rig.yolo.tuning's cache decision: "ram" or "False"
     cache_reason: str = ""
 
 
@@ -152,7 +151,7 @@ def check_gpus(f: Facts) -> Check:
 
 
 def shm_need(f: Facts, workers_per_rank: int, nranks: int) -> int:
-    """Bytes of /dev/shm the loaders hold: every worker keeps batches in flight there (rig.tuning)."""
+    """Bytes of /dev/shm the loaders hold: every worker keeps batches in flight there (rig.yolo.tuning)."""
     rank_batch = max(f.batch // max(nranks, 1), 1)
     batch_bytes = rank_batch * 3 * f.imgsz * f.imgsz
     return f.shm_batches_per_worker * batch_bytes * max(workers_per_rank, 0) * max(nranks, 1)
@@ -385,40 +384,3 @@ def render_text(checks: Sequence[Check]) -> str:
 
 def render_json(checks: Sequence[Check]) -> str:
     return json.dumps({"ok": exit_code(checks) == 0, "checks": [asdict(c) for c in checks]}, indent=2)
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from rig import doctor_gather
-
-    facts = doctor_gather.gather(
-        data=args.data, bench=args.bench, gpus=args.gpus, batch=args.batch, imgsz=args.imgsz
-    )
-    checks = run_checks(facts)
-    print(render_json(checks) if args.json else render_text(checks))
-    return exit_code(checks)
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "doctor",
-        help="check the box for what slows or breaks training; each problem comes with its fix",
-        description="Exit 0 when every check passes or warns, 1 when any fails.",
-    )
-    p.add_argument("--json", action="store_true", help="print the checks as JSON")
-    p.add_argument(
-        "--data", metavar="DATA", help="a data yaml or image directory: readable, read speed, cache=ram"
-    )
-    p.add_argument(
-        "--bench",
-        action="store_true",
-        help="also measure loader vs model step throughput (`rig bench --quick`; slow, uses the GPU)",
-    )
-    p.add_argument(
-        "--gpus", metavar="N", help="the GPUs training should see, as `rig train --gpus` (N, all, 0,2)"
-    )
-    p.add_argument("--batch", type=int, default=16, help="total batch size the shm estimate assumes (16)")
-    p.add_argument(
-        "--imgsz", type=int, default=640, help="image size the shm and cache estimates assume (640)"
-    )
-    p.set_defaults(func=cmd_doctor)

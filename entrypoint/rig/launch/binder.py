@@ -1,4 +1,4 @@
-"""Per-rank binder: `python -m rig.binder --plan JSON -- CMD...`, what torchrun starts for each rank.
+"""Per-rank binder: `python -m rig.launch.binder --plan JSON -- CMD...`, what torchrun starts for each rank.
 
 It applies its LOCAL_RANK's CPU affinity and preferred memory node to itself, then execs CMD, so
 the trainer and every data loader worker it forks inherit both. torch 2.3 has no --numa-binding.
@@ -14,8 +14,9 @@ import platform
 import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 
-from rig import binding, flags, log
-from rig.topology import format_cpulist
+from rig import flags, log
+from rig.launch import binding
+from rig.launch.topology import format_cpulist
 
 _logger = log.get("binder")
 
@@ -76,7 +77,7 @@ def bind(rank: binding.RankBinding, environ: MutableMapping[str, str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     log.setup()
-    parser = argparse.ArgumentParser(prog="python -m rig.binder")
+    parser = argparse.ArgumentParser(prog="python -m rig.launch.binder")
     parser.add_argument("--plan", required=True, help="the plan as `rig plan --json` prints it")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)

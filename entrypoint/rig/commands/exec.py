@@ -12,16 +12,17 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rig import log, ownership, users
+from rig import log
 from rig.errors import RigError
-from rig.serveconfig import without_secrets
+from rig.workstation import ownership, users
+from rig.workstation.serveconfig import without_secrets
 
 _logger = log.get("exec")
 
 
 def gpu_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment with issue 4's GPU variables added (the user's own values win)."""
-    from rig import gpuenv
+    from rig.launch import gpuenv
 
     return gpuenv.updated(environ)
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import yaml
 
-from rig import tuning
-from rig.binding import make_plan
-from rig.doctor import DatasetFacts, Facts, GpuFact
 from rig.errors import RigError
-from rig.nvml import Nvml, describe_error
-from rig.topology import read_topology
+from rig.launch.binding import make_plan
+from rig.launch.topology import read_topology
+from rig.observe.doctor import DatasetFacts, Facts, GpuFact
+from rig.observe.nvml import Nvml, describe_error
+from rig.yolo import tuning
 
 SAMPLE_FILES = 256
 SAMPLE_BYTES = 256 << 20
@@ -259,7 +259,7 @@ def gather_dataset(
 def run_bench(data: str | None, *, batch: int, imgsz: int) -> tuple[Mapping[str, Any] | None, str | None]:
     """`rig bench --quick` on the user's data (or its generated shapes): loader vs train step."""
     try:
-        bench: Any = importlib.import_module("rig.bench")  # imports torch: only with --bench
+        bench: Any = importlib.import_module("rig.observe.bench")  # imports torch: only with --bench
         result = bench.run_bench(bench.BenchOptions(data=data, quick=True, batch=batch, imgsz=imgsz))
     except Exception as e:  # a broken bench is a failed check, not a crashed doctor
         return None, describe_error(e)

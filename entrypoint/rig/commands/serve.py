@@ -14,9 +14,10 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from rig import log, paths, safefs, serveconfig, services, sessionenv, sshd, users, workspace
+from rig import log, paths, safefs
 from rig.errors import RigError
-from rig.supervisor import Policy, Supervisor, install_signal_handlers
+from rig.workstation import serveconfig, services, sessionenv, sshd, users, workspace
+from rig.workstation.supervisor import Policy, Supervisor, install_signal_handlers
 
 STATE_DIR = paths.STATE  # the `state` volume
 TOKEN_FILE = STATE_DIR / "jupyter_token"

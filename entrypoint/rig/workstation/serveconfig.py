@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import log, sshd, users
+from rig import log
 from rig.errors import RigError
+from rig.workstation import sshd, users
 
 SECRETS_DIR = Path("/run/secrets")
 # rig's secrets and the files that hold them: read by `rig serve`, handed to their one consumer

@@ -26,7 +26,7 @@ from types import FrameType
 from typing import IO
 
 from rig import log
-from rig.services import ServiceSpec
+from rig.workstation.spec import ServiceSpec
 
 _logger = log.get("serve")
 TICK = 0.2

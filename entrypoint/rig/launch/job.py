@@ -1,4 +1,4 @@
-"""`rig plan`, `rig train`, `rig launch`: discover the GPUs, decide the plan, exec torchrun.
+"""What `rig train` and `rig launch` run: discover the GPUs, decide the plan, exec torchrun.
 
 Everything a launch decides (which GPUs, the binding, the rendezvous, the run directory, the
 arguments every rank gets) is computed before anything runs, so bad input stops here with one
@@ -8,19 +8,19 @@ trainer for `device=cpu`), so torchrun's exit code is the command's exit code.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rig import binding, gpuenv, log, nodes
+from rig import log
 from rig.errors import RigError
-from rig.topology import Topology, read_topology
+from rig.launch import binding, gpuenv, nodes
+from rig.launch.topology import Topology, read_topology
 
 _logger = log.get("launch")
 
@@ -31,6 +31,8 @@ NO_GPU = (
     "CPU with device=cpu"
 )
 DEMO_DATA = Path("/datasets/demo/data.yaml")
+BINDER = "rig.launch.binder"  # what torchrun starts for each rank
+TRAINER = "rig.launch.trainer"  # what each rank (or the one CPU process) runs
 _TASK_SUFFIXES = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "classify"}
 
 
@@ -154,7 +156,7 @@ def torchrun_command(
             "--rdzv-conf", f"is_host={1 if node.node_rank == 0 else 0}",
         ]  # fmt: skip
     cmd += ["--nproc-per-node", str(len(plan)), "--max-restarts", "0"]
-    return [*cmd, "-m", "rig.binder", "--plan", binding.to_json(plan), "--", *program]
+    return [*cmd, "-m", BINDER, "--plan", binding.to_json(plan), "--", *program]
 
 
 @dataclass(frozen=True)
@@ -172,10 +174,11 @@ class Launch:
 # Discover: the topology, the rendezvous, Ultralytics' settings (lazily: the image has them).
 
 
-def _topology(args: argparse.Namespace) -> Topology:
-    ids = [b for b in args.gpu_bus_ids.split(",") if b.strip()] if args.gpu_bus_ids else None
-    root = Path(args.sysfs_root) if args.sysfs_root else Path("/")
-    if args.sysfs_root and not root.is_dir():
+def topology(sysfs_root: str | None = None, gpu_bus_ids: str | None = None) -> Topology:
+    """This machine's topology, or another's: a copy of its /sys and its GPUs' bus ids, in order."""
+    ids = [b for b in gpu_bus_ids.split(",") if b.strip()] if gpu_bus_ids else None
+    root = Path(sysfs_root) if sysfs_root else Path("/")
+    if sysfs_root and not root.is_dir():
         raise RigError(f"--sysfs-root {root} is not a directory; give a copy of a machine's /sys")
     return read_topology(root, ids)
 
@@ -188,7 +191,7 @@ def _settings_dir(key: str, fallback: Path) -> Path:
     return Path(settings[key])
 
 
-def _make_plan(topology: Topology, gpu_ids: list[int]) -> list[binding.RankBinding]:
+def make_plan(topology: Topology, gpu_ids: list[int]) -> list[binding.RankBinding]:
     plan = binding.make_plan(topology, len(gpu_ids), gpu_ids)
     for warning in plan.warnings:
         _logger.warning("%s", warning)
@@ -197,7 +200,7 @@ def _make_plan(topology: Topology, gpu_ids: list[int]) -> list[binding.RankBindi
 
 def _tuning(user_args: Mapping[str, str], rank_cpus: int, nranks: int) -> dict[str, str]:
     try:
-        tuning = importlib.import_module("rig.tuning")
+        tuning = importlib.import_module("rig.yolo.tuning")
     except ImportError:
         _logger.info("launch-time tuning is not in this image; Ultralytics picks workers and cache")
         return {}
@@ -269,10 +272,11 @@ def _check_dataset(args: Mapping[str, str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Commands.
+# Execute.
 
 
-def _exec(launch: Launch) -> int:
+def execute(launch: Launch) -> int:
+    """Log the decision, then exec it: torchrun's exit code is the command's."""
     env = {**os.environ, **launch.env}
     _logger.info("Executing: %s", shlex.join(launch.command))
     sys.stdout.flush()
@@ -280,13 +284,20 @@ def _exec(launch: Launch) -> int:
     os.execvpe(launch.command[0], launch.command, env)
 
 
-def plan_train(args: argparse.Namespace) -> Launch:
-    user = parse_kv(args.args)
+def plan_train(
+    kv_args: Sequence[str],
+    *,
+    gpus: str | None = None,
+    discover: Callable[[], Topology] = topology,
+    check_dataset: bool = True,
+) -> Launch:
+    """What `rig train` runs: torchrun over the binder and the trainer, or the trainer alone on the CPU."""
+    user = parse_kv(kv_args)
     device = user.get("device", "").strip().lower()
     cpu = device in {"cpu", "mps"}
-    if device and not cpu and args.gpus is not None:
-        raise RigError(f"both --gpus {args.gpus} and device={device} given; give one of them")
-    choice = parse_gpus(None if cpu else (args.gpus or (device + "," if device else None)))
+    if device and not cpu and gpus is not None:
+        raise RigError(f"both --gpus {gpus} and device={device} given; give one of them")
+    choice = parse_gpus(None if cpu else (gpus or (device + "," if device else None)))
     node = nodes.node_spec(os.environ)
     python = sys.executable
     if cpu:
@@ -297,85 +308,33 @@ def plan_train(args: argparse.Namespace) -> Launch:
         user.update(_tuning(user, threads, 1))
         user, run_dir = _run_dir(user)
         env = {**_env_delta(threads), **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
-        return Launch([python, "-m", "rig.trainer", *(f"{k}={v}" for k, v in user.items())], env)
+        return Launch([python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())], env)
 
-    topology = _topology(args)
-    gpu_ids = select_gpus(choice, topology)
+    topo = discover()
+    gpu_ids = select_gpus(choice, topo)
     world = len(gpu_ids) * node.nnodes
     check_batch(user, world)
-    plan = _make_plan(topology, gpu_ids)
+    plan = make_plan(topo, gpu_ids)
     user = _resume(_defaults(user))
     user["device"] = ",".join(str(i) for i in gpu_ids)
     user.update(_tuning(user, len(plan[0].cpus), len(plan)))
     user, run_dir = _run_dir(user)
-    if not args.dry_run:
+    if check_dataset:
         _check_dataset(user)
-    program = [python, "-m", "rig.trainer", *(f"{k}={v}" for k, v in user.items())]
+    program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
     env = {**_env_delta(len(plan[0].cpus)), **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
     return Launch(torchrun_command(plan, node, program, python), env)
+
+
+def plan_launch(program: Sequence[str], topo: Topology, gpus: str | None = None) -> Launch:
+    """What `rig launch` runs: the user's program on each rank, through torchrun and the binder."""
+    plan = make_plan(topo, select_gpus(parse_gpus(gpus), topo))
+    return Launch(
+        torchrun_command(plan, nodes.node_spec(os.environ), program, sys.executable),
+        _env_delta(len(plan[0].cpus)),
+    )
 
 
 def _env_delta(threads: int) -> dict[str, str]:
     full = gpuenv.updated(os.environ, threads=threads)
     return {k: v for k, v in full.items() if os.environ.get(k) != v}
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    launch = plan_train(args)
-    if args.dry_run:
-        print(launch.shell())
-        return 0
-    return _exec(launch)
-
-
-def cmd_launch(args: argparse.Namespace) -> int:
-    program = list(args.command[1:] if args.command[:1] == ["--"] else args.command)
-    if not program:
-        raise RigError("rig launch: no command given; usage: rig launch [--gpus N] -- COMMAND [ARG...]")
-    topology = _topology(args)
-    gpu_ids = select_gpus(parse_gpus(args.gpus), topology)
-    plan = _make_plan(topology, gpu_ids)
-    launch = Launch(
-        torchrun_command(plan, nodes.node_spec(os.environ), program, sys.executable),
-        _env_delta(len(plan[0].cpus)),
-    )
-    if args.dry_run:
-        print(launch.shell())
-        return 0
-    return _exec(launch)
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    topology = _topology(args)
-    if not topology.gpus and args.gpus is None:
-        _logger.info("no GPU visible: showing the CPU-only plan for one process")
-        ranks = list(binding.make_plan(topology, 1).ranks)
-    else:
-        ranks = _make_plan(topology, select_gpus(parse_gpus(args.gpus), topology))
-    print(binding.to_json(ranks) if args.json else binding.table(ranks))
-    return 0
-
-
-def _topology_options(p: Any) -> None:
-    p.add_argument("--gpus", default=None, help="a count, 'all' (default) or CUDA ids like 0,2")
-    p.add_argument("--sysfs-root", metavar="DIR", help="plan from a copy of another machine's /sys")
-    p.add_argument("--gpu-bus-ids", metavar="ID,...", help="the GPUs by PCI bus id (0000:18:00.0), in order")
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser("plan", help="print the GPU/CPU/memory binding plan for each local rank")
-    _topology_options(p)
-    p.add_argument("--json", action="store_true", help="one JSON object per local rank")
-    p.set_defaults(func=cmd_plan)
-
-    p = sub.add_parser("train", help="train with Ultralytics on N GPUs: torchrun, NUMA binding, tuned args")
-    _topology_options(p)
-    p.add_argument("--dry-run", action="store_true", help="print the exact command and stop")
-    p.add_argument("args", nargs="*", metavar="key=value", help="Ultralytics train arguments")
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("launch", help="run your own per-rank program through torchrun and the binder")
-    _topology_options(p)
-    p.add_argument("--dry-run", action="store_true", help="print the exact command and stop")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
-    p.set_defaults(func=cmd_launch)

@@ -9,7 +9,6 @@ below any confidence threshold, while a wrong op, opset or simplification shows 
 order 1. Float32 round-off from BatchNorm fusion and graph rewrites is about 1e-6 of scale.
 """
 
-import argparse
 import importlib
 import os
 from collections.abc import Iterable, Sequence
@@ -208,48 +207,3 @@ def export_onnx(
         raise RigError(f"export check failed: {summary}; removed {onnx_path}")
     _logger.info("%s", summary)
     return result
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    if args.format not in FORMATS:
-        raise RigError(f"--format {args.format}: only {', '.join(FORMATS)} is exported and checked here")
-    if args.rtol <= 0:
-        raise RigError(f"--rtol must be positive, got {args.rtol}")
-    if args.max_images < 1:
-        raise RigError(f"--max-images must be at least 1, got {args.max_images}")
-    result = export_onnx(
-        args.weights,
-        imgsz=args.imgsz,
-        images=args.images,
-        max_images=args.max_images,
-        rtol=args.rtol,
-        opset=args.opset,
-    )
-    print(result.path)
-    return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "export",
-        help="export weights to ONNX (simplified) and check it against PyTorch with onnxruntime",
-    )
-    p.add_argument("weights", type=Path, help="the trained .pt file, e.g. runs/detect/train/weights/best.pt")
-    p.add_argument("--format", default="onnx", help="export format (only onnx)")
-    p.add_argument("--imgsz", type=int, default=None, help="input size (default: the size it was trained at)")
-    p.add_argument(
-        "--images",
-        type=Path,
-        action="append",
-        default=[],
-        help=f"sample image or folder for the check, repeatable (default: {DEMO_IMAGES}, else bundled)",
-    )
-    p.add_argument("--max-images", type=int, default=8, help="sample images to compare (default 8)")
-    p.add_argument(
-        "--rtol",
-        type=float,
-        default=DEFAULT_RTOL,
-        help=f"bound on |onnx - pytorch| / output scale (default {DEFAULT_RTOL:g})",
-    )
-    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: Ultralytics' choice)")
-    p.set_defaults(func=cmd_export)

@@ -6,12 +6,9 @@ A value the user set always wins; `rig env` shows which ones they set. The resul
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 from collections.abc import Mapping, MutableMapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 # Names rig set itself (not the user), so a later `rig train` may resize OMP_NUM_THREADS per rank.
 MARKER = "RIG_ENV_DEFAULTS"
@@ -92,21 +89,3 @@ def updated(environ: Mapping[str, str], *, threads: int | None = None) -> dict[s
     env = dict(environ)
     apply(env, gpu_environment(environ, threads=threads))
     return env
-
-
-def cmd_env(args: argparse.Namespace) -> int:
-    entries = gpu_environment(os.environ)
-    if args.json:
-        print(json.dumps([asdict(e) for e in entries], indent=2))
-        return 0
-    width = max(len(f"{e.name}={e.value}") for e in entries if e.name != MARKER)
-    for e in entries:
-        origin = "set by you" if e.user_set else "rig default"
-        print(f"{f'{e.name}={e.value}'.ljust(width)}  # {origin}: {e.reason}")
-    return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser("env", help="print the GPU environment: each variable, its value and why")
-    p.add_argument("--json", action="store_true", help="print a JSON list instead of the table")
-    p.set_defaults(func=cmd_env)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rig import safefs
-from rig.serveconfig import SECRET_VARIABLES as SECRETS
+from rig.workstation.serveconfig import SECRET_VARIABLES as SECRETS
 
 PROFILE = Path("/etc/profile.d/rig-env.sh")
 SSHD_INCLUDE = Path("/etc/ssh/sshd_config.d/rig-env.conf")
