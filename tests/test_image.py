@@ -1,4 +1,4 @@
-"""The image itself (issue 2): locked versions, CUDA stack, slim runtime, offline training."""
+"""The image itself: locked versions, CUDA stack, slim runtime, offline training."""
 
 from __future__ import annotations
 

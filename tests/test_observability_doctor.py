@@ -1,4 +1,4 @@
-"""`rig doctor` (issue 6) on the host: the checks on tables of made-up machines, gathering on fake trees."""
+"""`rig doctor` on the host: the checks on tables of made-up machines, gathering on fake trees."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def healthy(**changes: Any) -> Facts:
     t = topo()
     facts = Facts(
         driver_version="550.54.15",
-        gpus=(GpuFact(0, "NVIDIA H200", "00000000:17:00.0"), GpuFact(1, "NVIDIA H200", "00000000:77:00.0")),
+        gpus=(GpuFact(0, "NVIDIA H200"), GpuFact(1, "NVIDIA H200")),
         topology=t,
         plan=make_plan(t, 2),
         shm_total=64 * GIB,
@@ -257,7 +257,7 @@ def fake_root(tmp_path: Path, *, cap_bnd: str = "000001ffffffffff", memlock: str
 def test_gather_reads_proc_sys_and_nvml_through_the_root(tmp_path: Path) -> None:
     facts = doctor_gather.gather(root=fake_root(tmp_path), environ={}, nvml_module=FakeNvml([FakeGpu()]))
     assert facts.driver_version == "550.54.15"
-    assert facts.gpus == (GpuFact(0, "NVIDIA H200", "00000000:17:00.0"),)
+    assert facts.gpus == (GpuFact(0, "NVIDIA H200"),)
     assert facts.memlock == (8 * MIB, 8 * MIB) and facts.stack == (8 * MIB, -1)
     assert facts.seccomp == 2 and facts.cap_bnd is not None and facts.cap_bnd >> 23 & 1
     assert facts.topology is not None and facts.topology.gpus[0].bus_id == "0000:17:00.0"

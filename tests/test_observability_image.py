@@ -1,4 +1,4 @@
-"""Observability (issue 6) in the built image: `rig doctor` on a real container, telemetry in real runs."""
+"""Observability in the built image: `rig doctor` on a real container, telemetry in real runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Telemetry (issue 6) on the host: a fake NVML module, a recording TensorBoard writer, fake clocks."""
+"""Telemetry on the host: a fake NVML module, a recording TensorBoard writer, fake clocks."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for the launch area (issue 4), unattended, a few minutes on one NVIDIA GPU.
+# GPU check for the launch area, unattended, a few minutes on one NVIDIA GPU.
 # Needs: the NVIDIA driver (nvidia-smi), python3 with torch; Ultralytics is optional (the training
 # step is skipped with a reason without it). No Docker, no network. Run from the repository root:
 #   OUT=/tmp/out tools/gpu_check_launch.sh

@@ -1,4 +1,4 @@
-"""GPU check workload for issue 6 (telemetry), run by tools/gpu_check_observability.sh on a lent GPU.
+"""GPU check workload for telemetry, run by tools/gpu_check_observability.sh on a lent GPU.
 
 Two short real GPU runs under rig.observe.telemetry, same model, different loaders:
 - fast:    batches already on the GPU, the loader never makes the step wait;

@@ -14,17 +14,11 @@ from typing import Any
 
 from rig import log
 from rig.errors import RigError
+from rig.launch import gpuenv
 from rig.workstation import ownership, users
 from rig.workstation.serveconfig import without_secrets
 
 _logger = log.get("exec")
-
-
-def gpu_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment with issue 4's GPU variables added (the user's own values win)."""
-    from rig.launch import gpuenv
-
-    return gpuenv.updated(environ)
 
 
 def is_serve(command: Sequence[str]) -> bool:
@@ -41,7 +35,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise RigError("rig exec: no command given; usage: rig exec -- COMMAND [ARG...]")
-    env = gpu_environment(os.environ)
+    env = gpuenv.updated(os.environ)  # the GPU variables; the user's own values win
     user = env.get("RIG_USER", "").strip()
     if user not in ("", users.USER, "root"):
         raise RigError(f"RIG_USER={user!r}: use `yolo` (the default) or `root`")

@@ -109,13 +109,6 @@ def _group_ok(topology: Topology, groups: dict[frozenset[int], list[int]], rank:
     return False
 
 
-def plan_binding(
-    topology: Topology, nranks: int, gpu_indices: Sequence[int] | None = None
-) -> list[RankBinding]:
-    """The per-rank bindings (see make_plan for the warnings that go with them)."""
-    return list(make_plan(topology, nranks, gpu_indices).ranks)
-
-
 def to_json(ranks: Sequence[RankBinding]) -> str:
     return json.dumps([{**asdict(r), "cpus": list(r.cpus)} for r in ranks])
 

@@ -21,6 +21,7 @@ from rig import log
 from rig.errors import RigError
 from rig.launch import binding, gpuenv, nodes
 from rig.launch.topology import Topology, read_topology
+from rig.yolo import tuning
 
 _logger = log.get("launch")
 
@@ -199,11 +200,6 @@ def make_plan(topology: Topology, gpu_ids: list[int]) -> list[binding.RankBindin
 
 
 def _tuning(user_args: Mapping[str, str], rank_cpus: int, nranks: int) -> dict[str, str]:
-    try:
-        tuning = importlib.import_module("rig.yolo.tuning")
-    except ImportError:
-        _logger.info("launch-time tuning is not in this image; Ultralytics picks workers and cache")
-        return {}
     added: dict[str, str] = {}
     for d in tuning.launch_decisions(
         user_args=user_args, data=user_args.get("data"), rank_cpus=rank_cpus, nranks=nranks

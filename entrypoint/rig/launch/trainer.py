@@ -20,6 +20,7 @@ from types import FrameType
 from typing import Any
 
 from rig import log
+from rig.observe import telemetry
 
 _logger = log.get("trainer")
 STOPPED_EXIT = 128 + signal.SIGTERM
@@ -178,15 +179,6 @@ def rig_trainer_class(base: type) -> type:
     return RigTrainer
 
 
-def _attach_telemetry(model: Any, run_dir: str | None) -> None:
-    try:
-        telemetry = importlib.import_module("rig.observe.telemetry")
-    except ImportError:
-        _logger.info("telemetry is not in this image; training without it")
-        return
-    telemetry.attach(model, run_dir or None)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     log.setup()
     signal.signal(signal.SIGTERM, STOP.handler)
@@ -199,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args["resume"] = model.ckpt_path
     rank = _rank()
     if rank == 0:
-        _attach_telemetry(model, os.environ.get("RIG_RUN_DIR"))
+        telemetry.attach(model, os.environ.get("RIG_RUN_DIR") or None)
     trainer_cls = rig_trainer_class(model.task_map[model.task]["trainer"])
     model.train(trainer=trainer_cls, **args)
     if STOP.signum:

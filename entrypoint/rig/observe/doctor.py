@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rig.launch.binding import Plan
@@ -49,7 +49,6 @@ class Check:
 class GpuFact:
     index: int
     name: str
-    bus_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,13 +84,11 @@ class Facts:
     stack: tuple[int, int] = (-1, -1)
     seccomp: int | None = None  # /proc/self/status Seccomp: 0 none, 1 strict, 2 filter
     cap_bnd: int | None = None
-    cap_eff: int | None = None
     numa_nodes: int = 1
     dataset: DatasetFacts | None = None
     bench: Mapping[str, Any] | None = None
     bench_error: str | None = None
     bench_requested: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------- checks

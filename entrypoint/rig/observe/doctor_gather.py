@@ -109,11 +109,7 @@ def gather(
     if nvml is not None:
         try:
             driver = nvml.driver_version()
-            for g in nvml.gpus():
-                bus = ""
-                with contextlib.suppress(Exception):
-                    bus = nvml.bus_id(g.index)
-                gpu_facts.append(GpuFact(g.index, g.name, bus))
+            gpu_facts = [GpuFact(g.index, g.name) for g in nvml.gpus()]
         except Exception as e:  # a GPU fell off the bus, a driver/library mismatch...
             nvml_error = f"NVML error ({describe_error(e)})"
         finally:
@@ -165,7 +161,6 @@ def gather(
         stack=limits.get("Max stack size", (-1, -1)),
         seccomp=int(seccomp) if seccomp and seccomp.isdigit() else None,
         cap_bnd=_hex(status.get("CapBnd")),
-        cap_eff=_hex(status.get("CapEff")),
         numa_nodes=numa_nodes,
         dataset=dataset,
         bench=bench_result,

@@ -66,9 +66,6 @@ class Nvml:
             )
         return out
 
-    def bus_id(self, index: int) -> str:
-        return _text(self.m.nvmlDeviceGetPciInfo(self._handle(index)).busId)
-
     def read(self, index: int) -> tuple[dict[str, float | None], list[str]]:
         """One sample of every GPU field; a field NVML cannot read is None, its error returned."""
         h = self._handle(index)
