@@ -9,14 +9,14 @@ import pytest
 from rig.errors import RigError
 from rig.yolo.offline import check_args, missing_data, missing_weights, settings_dirs
 
+from tests.helpers.datasets import make_dataset
+
 
 @pytest.fixture
 def vols(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "weights").mkdir()
     (tmp_path / "weights/yolo11n.pt").write_bytes(b"x")
-    ds = tmp_path / "datasets/demo"
-    (ds / "images/train").mkdir(parents=True)
-    (ds / "data.yaml").write_text(f"path: {ds}\ntrain: images/train\nval: images/train\nnames: {{0: a}}\n")
+    make_dataset(tmp_path / "datasets/demo", 0)
     (tmp_path / "datasets/rel.yaml").write_text("path: demo\ntrain: images/train\nnames: {0: a}\n")
     (tmp_path / "datasets/gone.yaml").write_text("path: coco\ntrain: images/train2017\nnames: {0: a}\n")
     cfg = tmp_path / "cfg/Ultralytics"

@@ -15,17 +15,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Containers
-
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "tests" / "scripts"
+from tests.helpers import REPO, SCRIPTS
+from tests.helpers.containers import Containers
 
 pytestmark = pytest.mark.image
 
 
 def locked_versions() -> dict[str, str]:
     """Every locked package (the first version where the lock holds several), for label checks."""
-    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
     versions: dict[str, str] = {}
     for p in lock["package"]:
         versions.setdefault(p["name"], p["version"])
@@ -40,7 +38,7 @@ def locked_runtime(environment: dict[str, str]) -> dict[str, str]:
     """
     from packaging.markers import Marker
 
-    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
     by_key = {(p["name"], p["version"]): p for p in lock["package"]}
     by_name: dict[str, list[dict[str, Any]]] = {}
     for p in lock["package"]:
@@ -283,7 +281,7 @@ def test_offline_train_val_predict_export(containers: Containers) -> None:
 def test_build_fails_on_a_stale_lock(tmp_path: Path, image: str) -> None:
     """A pyproject.toml edited without `make lock` stops the build; nothing is re-resolved."""
     tmp_path = tmp_path / "context"
-    shutil.copytree(ROOT, tmp_path, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", ".*_cache"))
+    shutil.copytree(REPO, tmp_path, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", ".*_cache"))
     pyproject = tmp_path / "pyproject.toml"
     text = pyproject.read_text()
     pyproject.write_text(text.replace('    "pyyaml",\n', '    "pyyaml",\n    "tqdm>=4.0",\n', 1))

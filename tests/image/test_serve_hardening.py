@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import Containers, free_port, wait_until
-from tests.test_serve_compose import TERMINAL_CLIENT, Workstation, start, up
+from tests.helpers.containers import Containers, free_port
+from tests.helpers.waiting import wait_until
+from tests.helpers.workstation import TERMINAL_CLIENT, Workstation, start, up
 
 pytestmark = pytest.mark.image
 

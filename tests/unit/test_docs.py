@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+from tests.helpers import ENTRYPOINT, REPO
+
+README = REPO / "README.md"
 ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$|^[A-Z]{4,}$")
 # Ours and Ultralytics': any such constant in the entrypoint is a variable it reads or sets.
 OWN_PREFIXES = ("RIG_", "YOLO_")
@@ -200,7 +201,7 @@ def readme() -> str:
 def test_every_make_target_in_the_readme_exists(readme: str) -> None:
     named = readme_make_targets(readme)
     assert named, "the README names no `make` target; it should show at least the two commands"
-    out = subprocess.run(["make", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(["make", "help"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
     listed = {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
     assert named <= listed, (
         f"README names make targets that `make help` does not list: {sorted(named - listed)}"
@@ -208,7 +209,7 @@ def test_every_make_target_in_the_readme_exists(readme: str) -> None:
 
 
 def test_every_variable_the_entrypoint_reads_is_documented(readme: str) -> None:
-    names = entrypoint_env_vars((ROOT / "entrypoint" / "rig").glob("*.py"))
+    names = entrypoint_env_vars((ENTRYPOINT / "rig").rglob("*.py"))
     assert names, "found no environment variables in entrypoint/rig: the scan is broken"
     documented = documented_names(readme)
     missing = {n: m for n, m in names.items() if not is_documented(n, documented)}
@@ -219,7 +220,7 @@ def test_every_variable_the_entrypoint_reads_is_documented(readme: str) -> None:
 
 
 def test_every_make_variable_is_documented(readme: str) -> None:
-    variables = make_variables((ROOT / "Makefile").read_text())
+    variables = make_variables((REPO / "Makefile").read_text())
     documented = documented_names(readme)
     missing = sorted(v for v in variables if not is_documented(v, documented))
     assert not missing, f"Makefile variables (VAR ?= default) missing from README.md's tables: {missing}"
@@ -227,7 +228,7 @@ def test_every_make_variable_is_documented(readme: str) -> None:
 
 def test_every_compose_variable_is_documented(readme: str) -> None:
     variables: set[str] = set()
-    for compose in ROOT.glob("compose*.yaml"):
+    for compose in REPO.glob("compose*.yaml"):
         variables |= compose_variables(compose.read_text())
     documented = documented_names(readme)
     missing = sorted(v for v in variables if not is_documented(v, documented))

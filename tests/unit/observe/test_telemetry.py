@@ -15,7 +15,7 @@ from rig.errors import RigError
 from rig.observe import nvml as nvml_module
 from rig.observe import telemetry
 
-from tests.conftest import wait_until
+from tests.helpers.waiting import wait_until
 from tests.scripts.fake_nvml import NVML_ERROR_NOT_SUPPORTED, FakeGpu, FakeNvml
 
 

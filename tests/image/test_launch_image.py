@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Containers, wait_until
-from tests.launch_fakesys import FakeSys, bus
+from tests.helpers import REPO
+from tests.helpers.containers import Containers
+from tests.helpers.fakesys import FakeSys, bus
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.image
-REPO = Path(__file__).resolve().parents[1]
 
 PROBE = textwrap.dedent(
     """

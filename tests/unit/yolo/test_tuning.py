@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from rig.yolo.tuning import Decision, Resources, count_train_images, decide, launch_decisions, read_resources
 
+from tests.helpers.datasets import make_dataset
+
 GIB = 1 << 30
 MIB = 1 << 20
 BATCH_640 = 16 * 3 * 640 * 640  # one batch of 16 at 640 px, uint8
@@ -170,28 +172,13 @@ def test_read_resources_missing_tree(tmp_path: Path) -> None:
     assert read_resources(tmp_path) == Resources(mem_available=0, shm_free=0)
 
 
-def make_dataset(root: Path, n_train: int, layout: str) -> Path:
-    (root / "images/train").mkdir(parents=True)
-    for i in range(n_train):
-        (root / f"images/train/{i}.jpg").write_bytes(b"")
-    (root / "images/train/notes.md").write_text("not an image")
-    if layout == "txt":
-        (root / "train.txt").write_text("".join(f"./images/train/{i}.jpg\n" for i in range(n_train)))
-        train = "train.txt"
-    else:
-        train = "images/train"
-    (root / "data.yaml").write_text(f"path: {root}\ntrain: {train}\nval: {train}\nnames: {{0: a}}\n")
-    return root / "data.yaml"
-
-
 @pytest.mark.parametrize("layout", ["dir", "txt"])
 def test_count_train_images(tmp_path: Path, layout: str) -> None:
-    assert count_train_images(str(make_dataset(tmp_path / "ds", 7, layout)), tmp_path) == 7
+    assert count_train_images(str(make_dataset(tmp_path / "ds", 7, layout=layout)), tmp_path) == 7
 
 
 def test_count_relative_to_datasets_dir(tmp_path: Path) -> None:
-    make_dataset(tmp_path / "datasets/demo", 3, "dir")
-    (tmp_path / "datasets/demo/data.yaml").write_text("path: demo\ntrain: images/train\nnames: {0: a}\n")
+    make_dataset(tmp_path / "datasets/demo", 3, path="demo")
     assert count_train_images("demo/data.yaml", tmp_path / "datasets") == 3
 
 
@@ -202,7 +189,7 @@ def test_count_unknown(tmp_path: Path, data: str) -> None:
 
 def test_launch_decisions_end_to_end(tmp_path: Path) -> None:
     root = fake_root(tmp_path / "root", 16 * 1024 * 1024)
-    data = make_dataset(tmp_path / "ds", 5, "dir")
+    data = make_dataset(tmp_path / "ds", 5)
     got = values(launch_decisions(user_args={}, data=str(data), rank_cpus=2, nranks=1, sys_root=root))
     assert got["cache"] == "ram"
     assert got["workers"] in {"0", "1", "2"}  # capped by the host filesystem's free space under tmp_path

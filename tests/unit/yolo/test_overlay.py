@@ -8,9 +8,10 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "docker/merge-ultralytics-cfg.py"
-OVERLAY = ROOT / "configs/ultralytics.yaml"
+from tests.helpers import REPO
+
+SCRIPT = REPO / "docker/merge-ultralytics-cfg.py"
+OVERLAY = REPO / "configs/ultralytics.yaml"
 
 UPSTREAM = """\
 # Ultralytics default settings

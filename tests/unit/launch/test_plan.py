@@ -17,7 +17,7 @@ from rig.launch.topology import (
     read_topology,
 )
 
-from tests.launch_fakesys import FakeSys, bus
+from tests.helpers.fakesys import FakeSys, bus
 
 
 def _plan(

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from rig.observe import doctor
 
-from tests.conftest import Containers, wait_until
+from tests.helpers import SCRIPTS
+from tests.helpers.containers import Containers
+from tests.helpers.waiting import wait_until
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
 MOUNT = {str(SCRIPTS): {"bind": "/tests", "mode": "ro"}}
 
 pytestmark = pytest.mark.image

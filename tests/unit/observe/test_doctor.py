@@ -16,6 +16,7 @@ from rig.launch.topology import Gpu, Topology
 from rig.observe import doctor, doctor_gather
 from rig.observe.doctor import Check, DatasetFacts, Facts, GpuFact
 
+from tests.helpers.datasets import make_dataset
 from tests.scripts.fake_nvml import FakeGpu, FakeNvml
 
 GIB, MIB = 1 << 30, 1 << 20
@@ -287,20 +288,9 @@ def test_requested_gpus_come_from_the_flag_or_nvidia_visible_devices() -> None:
     assert doctor_gather.requested_gpus(None, {"NVIDIA_VISIBLE_DEVICES": "all"}) == (None, "")
 
 
-def make_dataset(root: Path, n: int = 20) -> Path:
-    images = root / "datasets/demo/images/train"
-    images.mkdir(parents=True)
-    for i in range(n):
-        (images / f"{i}.jpg").write_bytes(bytes(1000 + i))
-    (root / "datasets/demo/data.yaml").write_text(
-        "path: demo\ntrain: images/train\nval: images/train\nnames: {0: a}\n"
-    )
-    return root / "datasets/demo/data.yaml"
-
-
 def test_gather_dataset_reads_the_train_split(tmp_path: Path) -> None:
     root = fake_root(tmp_path)
-    make_dataset(root)
+    make_dataset(root / "datasets/demo", 20, path="demo")
     (root / "datasets/demo/images/train/dangling.jpg").symlink_to(tmp_path / "gone.jpg")
     d = doctor_gather.gather_dataset("demo/data.yaml", root, batch=16, imgsz=64, nranks=1, rank_cpus=1)
     assert d.error is None and d.path == str(root / "datasets/demo/data.yaml")
