@@ -174,6 +174,8 @@ def test_bad_input_in_the_image_is_one_line_and_dry_run_prints_the_command(
     root, ids = box
     topo = f"--sysfs-root /fake/sys --gpu-bus-ids {','.join(ids)}"
     c = containers.run(["sleep", "300"], volumes=_mounts(root))
+    # The entrypoint records yolo's ids at start: wait for it, so only `rig train` can write below.
+    wait_until(lambda: containers.exec(c, "test -s /var/lib/rig/yolo-ids", 10)[0] == 0, timeout=60)
     for args, message in [
         ("--gpus 2 data=x.yaml", "no GPU is visible"),  # the real /sys of this box
         (f"{topo} --gpus 3 data=x.yaml", "only 2 GPU(s) are visible"),
