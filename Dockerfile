@@ -162,7 +162,7 @@ COPY --from=project /opt/rig-project/ /opt/venv/
 # The workstation (`rig serve`): sshd's config, and JupyterLab without news or update checks (offline).
 COPY docker/sshd_config /etc/ssh/sshd_config
 COPY docker/jupyter-overrides.json /opt/venv/share/jupyter/lab/settings/overrides.json
-# The notebooks, read-only; `rig serve` seeds them into /workspace/notebooks (rig/workspace.py).
+# The notebooks, read-only; `rig serve` seeds them into /workspace/notebooks (rig/workstation/workspace.py).
 COPY notebooks/ /opt/rig/notebooks/
 
 ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/rig", "exec", "--"]

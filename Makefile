@@ -19,8 +19,9 @@ RIG_WEIGHTS ?=
 VENV ?= .venv
 
 comma := ,
-STACK := $(shell python3 tools/lock_versions.py uv.lock)
-BUILD_ARGS := --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg APT_MIRROR=$(APT_MIRROR) \
+# Recursive (=): the lock is read only when `build` expands BUILD_ARGS, never for `help`.
+STACK = $(shell python3 tools/lock_versions.py uv.lock)
+BUILD_ARGS = --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg APT_MIRROR=$(APT_MIRROR) \
 	--build-arg PIP_INDEX_URL=$(PIP_INDEX_URL) --build-arg GIT_REVISION=$(GIT_REVISION) \
 	$(foreach kv,$(STACK),--build-arg $(kv)) \
 	$(if $(RIG_WEIGHTS),--build-arg RIG_WEIGHTS="$(RIG_WEIGHTS)") \
@@ -57,8 +58,12 @@ lint: venv ## ruff, mypy on entrypoint/, hadolint on the Dockerfile
 	$(VENV)/bin/mypy
 	$(VENV)/bin/hadolint Dockerfile
 
+.PHONY: test-unit
+test-unit: venv ## the host tests (tests/unit): seconds, no Docker
+	PYTHONPATH=entrypoint $(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+
 .PHONY: test
-test: lint build ## lint, build the image, run every CPU test against it
+test: lint build ## lint, build the image, run every CPU test (tests/unit, then tests/image against it)
 	IMAGE=$(IMAGE):$(TAG) PYTHONPATH=entrypoint $(VENV)/bin/pytest -m 'not gpu' $(PYTEST_ARGS)
 
 # As yolo, never root: root's `docker exec` starts in /workspace, where python imports what a user left.
@@ -67,10 +72,14 @@ shell: ## a login shell as yolo: in the running workstation, else in a new conta
 	@if [ -n "$$($(COMPOSE) ps -q workstation 2>/dev/null)" ]; then $(COMPOSE) exec -u yolo workstation bash -l; \
 	else docker run --rm -it --shm-size=8g $(IMAGE):$(TAG) bash -l; fi
 
-# The workstation. Where Docker has no NVIDIA runtime, compose.cpu.yaml is added (GPU=no forces
-# it, GPU=yes leaves it out). Recursive (=): docker is asked only when a target uses it.
+# Docker's NVIDIA runtime, asked once here and honoured by every compose target: without it
+# compose.cpu.yaml is added, so the container starts and `rig` can say what is missing. GPU=no forces
+# the CPU overlay, GPU=yes leaves it out. Deferred (?=): docker is asked only when a target uses it.
 GPU ?= $(if $(shell docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -o nvidia),yes,no)
-COMPOSE = IMAGE=$(IMAGE):$(TAG) docker compose -f compose.yaml $(if $(filter no,$(GPU)),-f compose.cpu.yaml)
+compose_for = IMAGE=$(IMAGE):$(TAG) docker compose -f compose.yaml $(if $(filter no,$(1)),-f compose.cpu.yaml)
+COMPOSE = $(call compose_for,$(GPU))
+# The export and the demo data run on the CPU: no GPU runtime needed.
+COMPOSE_CPU = $(call compose_for,no)
 
 .PHONY: up
 up: build ## build if needed, then start the workstation (SSH 2222, JupyterLab 8888), e.g. SSH_PUBLIC_KEY="..." make up
@@ -90,9 +99,6 @@ logs: ## follow the workstation's log
 WEIGHTS ?=
 FORMAT ?= onnx
 EXPORT_ARGS ?=
-# The export and its check run on the CPU, so the CPU overlay: no GPU runtime needed.
-COMPOSE_CPU := IMAGE=$(IMAGE):$(TAG) docker compose -f compose.yaml -f compose.cpu.yaml
-
 .PHONY: export
 export: ## WEIGHTS=... [FORMAT=onnx]: export (simplified) and check it against PyTorch with onnxruntime
 	@[ -n "$(WEIGHTS)" ] || { echo "ERROR make: give WEIGHTS=path/to/best.pt (a host file or a path in /workspace)"; exit 2; }
@@ -109,14 +115,10 @@ EPOCHS ?=
 IMGSZ ?=
 BATCH ?=
 TRAIN_ARGS ?=
-# Without Docker's NVIDIA runtime the CPU overlay lets the container start, so `rig train` can say
-# what is missing (or train with TRAIN_ARGS=device=cpu). Recursive (=): docker is asked only here.
-TRAIN_COMPOSE = IMAGE=$(IMAGE):$(TAG) docker compose -f compose.yaml \
-	$(if $(shell docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -o nvidia),,-f compose.cpu.yaml)
 
 .PHONY: train
 train: ## [GPUS=N|all|0,2] DATA= MODEL= EPOCHS= IMGSZ= BATCH= TRAIN_ARGS=: train on GPUs (demo data by default)
-	$(TRAIN_COMPOSE) run --rm --no-deps workstation rig train $(if $(GPUS),--gpus $(GPUS)) \
+	$(COMPOSE) run --rm --no-deps workstation rig train $(if $(GPUS),--gpus $(GPUS)) \
 		$(if $(DATA),data=$(DATA)) $(if $(MODEL),model=$(MODEL)) $(if $(EPOCHS),epochs=$(EPOCHS)) \
 		$(if $(IMGSZ),imgsz=$(IMGSZ)) $(if $(BATCH),batch=$(BATCH)) $(TRAIN_ARGS)
 
@@ -131,4 +133,4 @@ BENCH_ARGS ?=
 BENCH_JSON ?= bench.json
 .PHONY: bench
 bench: ## [BENCH_ARGS="--quick --no-amp --compile --imgsz 640 --batch 16 --workers 8 --data Y"]: loader vs step
-	$(TRAIN_COMPOSE) run --rm --no-deps -T workstation rig bench --json - $(BENCH_ARGS) > $(BENCH_JSON)
+	$(COMPOSE) run --rm --no-deps -T workstation rig bench --json - $(BENCH_ARGS) > $(BENCH_JSON)

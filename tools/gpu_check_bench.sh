@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for the fast path (issue 5): `rig bench` on one NVIDIA GPU, unattended, < 5 minutes.
+# GPU check for the fast path: `rig bench` on one NVIDIA GPU, unattended, < 5 minutes.
 #
 # Runs outside Docker on a machine with an NVIDIA GPU and PyTorch, without network, from the
 # repository root:   OUT=/some/dir tools/gpu_check_bench.sh

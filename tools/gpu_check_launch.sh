@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for the launch area (issue 4), unattended, a few minutes on one NVIDIA GPU.
+# GPU check for the launch area, unattended, a few minutes on one NVIDIA GPU.
 # Needs: the NVIDIA driver (nvidia-smi), python3 with torch; Ultralytics is optional (the training
 # step is skipped with a reason without it). No Docker, no network. Run from the repository root:
 #   OUT=/tmp/out tools/gpu_check_launch.sh
@@ -31,7 +31,7 @@ timeout 60 "$PY" -m rig plan >"$OUT/plan.txt" 2>&1
 timeout 60 "$PY" - "$OUT" <<'EOF' && result discovery pass || result discovery fail "see discovery.json"
 import json, re, sys
 from pathlib import Path
-from rig.topology import normalize_bus_id, parse_cpulist, read_topology
+from rig.launch.topology import normalize_bus_id, parse_cpulist, read_topology
 
 out = Path(sys.argv[1])
 smi = [line.split(", ") for line in (out / "gpus.csv").read_text().splitlines() if line.strip()]

@@ -1,6 +1,6 @@
-"""GPU check workload for issue 6 (telemetry), run by tools/gpu_check_observability.sh on a lent GPU.
+"""GPU check workload for telemetry, run by tools/gpu_check_observability.sh on a lent GPU.
 
-Two short real GPU runs under rig.telemetry, same model, different loaders:
+Two short real GPU runs under rig.observe.telemetry, same model, different loaders:
 - fast:    batches already on the GPU, the loader never makes the step wait;
 - starved: a one-worker DataLoader that sleeps per sample, so the GPU waits for data.
 With Ultralytics importable it also trains YOLO11n on rig's generated demo data through
@@ -31,7 +31,7 @@ def expect(ok: bool, what: str) -> None:
 
 def torch_run(run_dir: Path, *, starved: bool, seconds: float) -> dict[str, Any]:
     import torch
-    from rig import telemetry
+    from rig.observe import telemetry
     from torch import nn
 
     dev = torch.device(DEVICE)
@@ -87,7 +87,7 @@ def yolo_run(run_dir: Path, data: str) -> dict[str, Any] | None:
     except ImportError:
         print("INFO ultralytics not importable here: YOLO run skipped (carry its wheels in .whl)", flush=True)
         return None
-    from rig import telemetry
+    from rig.observe import telemetry
 
     model = YOLO("yolo11n.yaml")
     telemetry.attach(model, run_dir)

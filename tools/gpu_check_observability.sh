@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for issue 6 (observability) on a lent NVIDIA machine: no Docker, PyTorch preinstalled,
+# GPU check for observability on a lent NVIDIA machine: no Docker, PyTorch preinstalled,
 # no network. Unattended, about 2-4 minutes. Writes under $OUT (at most 8 files):
 #   checks.txt                 PASS/FAIL per expectation, last line the totals
 #   run.log                    everything printed, nvidia-smi first

@@ -11,7 +11,7 @@ import statistics
 
 os.environ.setdefault("YOLO_VERBOSE", "False")
 
-from rig.bench import BenchOptions, _bench_data, _dataset, _loader_img_s
+from rig.observe.bench import BenchOptions, _bench_data, _dataset, _loader_img_s
 from ultralytics.data.utils import check_det_dataset
 
 CONFIGS = [("off", False, 2), ("ram", "ram", 1), ("ram", "ram", 2), ("ram", "ram", 3)]

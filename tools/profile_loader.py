@@ -14,7 +14,7 @@ from pathlib import Path
 
 import cv2
 import yaml
-from rig.demo_data import make_demo_dataset
+from rig.yolo.demo_data import make_demo_dataset
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_yolo_dataset
 

@@ -1,7 +1,8 @@
 """`rig`: the image's entrypoint. Each command is a function returning an exit code.
 
-Every command lives in its own module, which exposes `register(subparsers)`; the modules keep
-heavy imports (torch, ultralytics) inside the command functions so `rig --version` stays instant.
+Every command lives in its own module under rig/commands/, which exposes `register(subparsers)`;
+heavy imports (torch, ultralytics) happen inside the command functions so `rig --version` stays
+instant.
 """
 
 import argparse
@@ -14,18 +15,20 @@ from typing import Any
 from rig import log, versions
 from rig.errors import RigError
 
-# One module per command group, in the order `rig --help` lists them.
+# One module per command, in the order `rig --help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
-    "rig.execcmd",
-    "rig.serve",
-    "rig.health",
-    "rig.demo_data",
-    "rig.bench",
-    "rig.offline",
-    "rig.export",
-    "rig.doctor",
-    "rig.launch",
-    "rig.gpuenv",
+    "rig.commands.exec",
+    "rig.commands.serve",
+    "rig.commands.health",
+    "rig.commands.demo_data",
+    "rig.commands.bench",
+    "rig.commands.yolo",
+    "rig.commands.export",
+    "rig.commands.doctor",
+    "rig.commands.plan",
+    "rig.commands.train",
+    "rig.commands.launch",
+    "rig.commands.env",
 )
 
 

@@ -12,7 +12,7 @@ import network_guard  # must wrap sockets before anything else imports
 
 
 def main(work: Path) -> None:
-    from rig.demo_data import make_demo_dataset
+    from rig.yolo.demo_data import make_demo_dataset
     from ultralytics import YOLO
 
     data = make_demo_dataset(work / "data", train=16, val=4, imgsz=160)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 
 def main() -> None:
-    from rig import telemetry
-    from rig.demo_data import make_demo_dataset
+    from rig.observe import telemetry
+    from rig.yolo.demo_data import make_demo_dataset
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from ultralytics import YOLO
 

@@ -1,0 +1,106 @@
+"""`rig bench`: where training time goes on this machine (rig.observe.bench), as a table and JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rig import log
+from rig.observe.bench import BenchOptions, compile_blocker, format_table, run_bench
+
+_logger = log.get("bench")
+
+
+def _with_stdout_on_stderr(fn: Any, *args: Any) -> Any:
+    """Run fn with file descriptor 1 pointing at stderr: Ultralytics' progress bars print to stdout,
+    and so may loader workers and native code, which a Python-level redirect would miss."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        return fn(*args)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    opts = BenchOptions(
+        data=args.data,
+        model=args.model,
+        imgsz=args.imgsz,
+        batch=args.batch,
+        workers=args.workers,
+        amp=args.amp,
+        compile=args.compile,
+        quick=args.quick,
+        device=args.device,
+        train_images=args.train_images,
+        source_size=args.source_size,
+        deterministic=args.deterministic,
+    )
+    if opts.compile and (note := compile_blocker()):
+        _logger.warning("compile: %s", note)
+    if args.json == "-":  # JSON alone on stdout for `make bench > bench.json`, everything else on stderr
+        res = _with_stdout_on_stderr(run_bench, opts)
+        print(format_table(res), file=sys.stderr)
+        sys.stdout.write(json.dumps(res, indent=2, default=str) + "\n")
+        return 0
+    res = run_bench(opts)
+    text = json.dumps(res, indent=2, default=str) + "\n"
+    print(format_table(res))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(text)
+        _logger.info("wrote %s", args.json)
+    return 0
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give WIDTHxHEIGHT, e.g. 1280x720") from None
+    return w, h
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("bench", help="measure loader, train step and a short run; name the bottleneck")
+    p.add_argument(
+        "--quick", action="store_true", help="fewer rounds and steps (a CPU run in under 2 minutes)"
+    )
+    p.add_argument(
+        "--json", metavar="PATH", help="also write the results as JSON ('-': stdout, table on stderr)"
+    )
+    p.add_argument("--data", metavar="YAML", help="your data yaml (default: generated shapes)")
+    p.add_argument(
+        "--model", default="yolo11n.yaml", help="model yaml (random weights; default yolo11n.yaml)"
+    )
+    p.add_argument("--imgsz", type=int, default=640, help="image size (default 640)")
+    p.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
+    p.add_argument("--workers", type=int, help="loader workers for ours (default: decided from the CPUs)")
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True, help="mixed precision (GPU)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model for the step measure")
+    p.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="deterministic algorithms for the step measure (default: the baked default)",
+    )
+    p.add_argument("--device", help="cpu, or a CUDA device such as cuda:0 (default: first GPU, else cpu)")
+    p.add_argument(
+        "--train-images", type=int, default=512, help="size of the generated dataset (default 512)"
+    )
+    p.add_argument(
+        "--source-size",
+        type=_size,
+        default=(1280, 720),
+        metavar="WxH",
+        help="pixel size of the generated images (default 1280x720, camera frames)",
+    )
+    p.set_defaults(func=cmd_bench)

@@ -1,0 +1,68 @@
+"""`rig exec -- CMD`: the image's ENTRYPOINT. Prepare the environment, then exec CMD.
+
+Started as root it gives user yolo the ids in RIG_UID/RIG_GID, applies the GPU environment, and
+runs CMD as yolo, except `rig serve` (sshd needs root; it drops privileges for its services) and
+RIG_USER=root. Started as another user (`docker run --user`), it execs CMD as that user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rig import log
+from rig.errors import RigError
+from rig.launch import gpuenv
+from rig.workstation import ownership, users
+from rig.workstation.serveconfig import without_secrets
+
+_logger = log.get("exec")
+
+
+def is_serve(command: Sequence[str]) -> bool:
+    return len(command) >= 2 and os.path.basename(command[0]) == "rig" and command[1] == "serve"
+
+
+def stays_root(command: Sequence[str], environ: Mapping[str, str]) -> bool:
+    return is_serve(command) or environ.get("RIG_USER", "").strip() == "root"
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise RigError("rig exec: no command given; usage: rig exec -- COMMAND [ARG...]")
+    env = gpuenv.updated(os.environ)  # the GPU variables; the user's own values win
+    user = env.get("RIG_USER", "").strip()
+    if user not in ("", users.USER, "root"):
+        raise RigError(f"RIG_USER={user!r}: use `yolo` (the default) or `root`")
+    if not is_serve(command):
+        env = without_secrets(env)  # rig serve hands each secret to its one consumer
+    if os.geteuid() == 0:
+        ids = users.requested_ids(env, users.current_ids())
+        users.remap(ids)
+        ownership.follow_ids(ids)
+        if not stays_root(command, env):
+            env = users.session_environ(env)
+            users.drop_privileges(ids)
+    elif env.get("RIG_UID", "").strip() and env["RIG_UID"].strip() != str(os.geteuid()):
+        raise RigError(
+            f"RIG_UID={env['RIG_UID']} needs the container to start as root, but it runs as uid "
+            f"{os.geteuid()}; remove `--user` / `user:` (the entrypoint switches to yolo itself)"
+        )
+    try:
+        os.execvpe(command[0], command, env)
+    except FileNotFoundError:
+        raise RigError(f"command not found: {command[0]!r}; is it installed in the image?", 127) from None
+    except PermissionError:
+        raise RigError(f"command not executable: {command[0]!r}", 126) from None
+    return 0  # not reached: exec replaced this process
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("exec", help="prepare the environment and run a command (the image's entrypoint)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
+    p.set_defaults(func=cmd_exec)

@@ -1,0 +1,113 @@
+"""`rig serve`: the workstation (SSH, JupyterLab, TensorBoard), supervised. The image's default command.
+
+Order matters: every input is checked first (bad input exits with one line before anything
+listens), then state is prepared (host keys, token, session environment), then the supervisor
+starts the services and stays in the foreground until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import secrets
+from pathlib import Path
+from typing import Any
+
+from rig import log, paths, safefs
+from rig.errors import RigError
+from rig.workstation import serveconfig, services, sessionenv, sshd, users, workspace
+from rig.workstation.supervisor import Policy, Supervisor, install_signal_handlers
+
+STATE_DIR = paths.STATE  # the `state` volume
+TOKEN_FILE = STATE_DIR / "jupyter_token"
+STATE_FILE = paths.RUN / "services.json"  # what `rig health` reads
+
+_logger = log.get("serve")
+
+
+def _stop_timeout(environ: dict[str, str]) -> float:
+    raw = environ.get("RIG_STOP_TIMEOUT", "10")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1
+    if not 0 < value <= 300:
+        raise RigError(
+            f"RIG_STOP_TIMEOUT={raw!r}: use seconds between 1 and 300, below compose's stop_grace_period"
+        )
+    return value
+
+
+def load_or_create_token(path: Path = TOKEN_FILE) -> str:
+    """The generated Jupyter token, created once: a re-created container keeps its bookmarks."""
+    if path.exists():
+        token = path.read_text().strip()
+        if token:
+            return token
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    token = secrets.token_hex(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0:
+        raise RigError(
+            "rig serve must start as root (sshd needs it; the services run as user yolo); remove `--user` "
+            "/ `user:` and set RIG_UID/RIG_GID to choose yolo's ids"
+        )
+    environ = dict(os.environ)
+    names = services.enabled(environ)
+    ids = users.current_ids()
+    config = serveconfig.load(environ, ids=ids)
+    stop_timeout = _stop_timeout(environ)
+
+    # Queue signals from here on: a TERM during the start is handled as a clean stop.
+    STATE_FILE.unlink(missing_ok=True)  # a restarted container must not look healthy from the last run
+    events: queue.SimpleQueue[int] = queue.SimpleQueue()
+    install_signal_handlers(events)
+
+    STATE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    sessionenv.write(environ)
+    if "sshd" in names:
+        sshd.prepare_runtime_dir()
+        for print_ in sshd.ensure_host_keys():
+            _logger.info("SSH host key %s", print_)
+        sshd.install_keys(list(config.keys), users.USER)
+        sshd.set_password(users.USER, config.password)
+        how = ", ".join(
+            [f"{len(config.keys)} key(s)"] * bool(config.keys)
+            + ["a password"] * (config.password is not None)
+        )
+        if how:
+            port = environ.get("RIG_SSH_PUBLISHED_PORT", str(sshd.PORT))
+            _logger.info("SSH: ssh -p %s %s@HOST (%s)", port, users.USER, how)
+        else:
+            _logger.warning(
+                "SSH: no key and no password, nobody can log in; set SSH_PUBLIC_KEY (or mount "
+                "/run/secrets/authorized_keys, or set SSH_PASSWORD_FILE)"
+            )
+    if "jupyter" in names or "tensorboard" in names:
+        workspace.prepare(ids)  # as yolo, in a child with a deadline: root never acts in /workspace
+    if "jupyter" in names:
+        token = config.jupyter_token or load_or_create_token()
+        safefs.write_file(
+            services.JUPYTER_TOKEN_CONFIG, services.jupyter_token_config(token), 0o600, (ids.uid, ids.gid)
+        )
+        url = f"http://localhost:{environ.get('RIG_JUPYTER_PUBLISHED_PORT', services.JUPYTER_PORT)}/lab"
+        if config.jupyter_token is None:
+            _logger.info("JupyterLab: %s?token=%s (token kept in %s)", url, token, TOKEN_FILE)
+        else:
+            _logger.info("JupyterLab: %s (token: the one you set)", url)
+
+    specs = services.plan(names, environ, password_login=config.password is not None, ids=ids)
+    policy = Policy(stop_timeout=stop_timeout)
+    return Supervisor(specs, events=events, policy=policy, state_file=STATE_FILE).run()
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run sshd, JupyterLab and TensorBoard, supervised (the default command)")
+    p.set_defaults(func=cmd_serve)

@@ -1,0 +1,31 @@
+"""`rig train key=value...`: Ultralytics on N GPUs through torchrun, NUMA binding and tuned arguments.
+
+Everything is decided before anything runs (rig.launch.job), so bad input stops with one line and
+`--dry-run` prints the exact command; then a single exec, so torchrun's exit code is ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rig.commands.options import add_topology_options, topology
+from rig.launch import job
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    launch = job.plan_train(
+        args.args, gpus=args.gpus, discover=lambda: topology(args), check_dataset=not args.dry_run
+    )
+    if args.dry_run:
+        print(launch.shell())
+        return 0
+    return job.execute(launch)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("train", help="train with Ultralytics on N GPUs: torchrun, NUMA binding, tuned args")
+    add_topology_options(p)
+    p.add_argument("--dry-run", action="store_true", help="print the exact command and stop")
+    p.add_argument("args", nargs="*", metavar="key=value", help="Ultralytics train arguments")
+    p.set_defaults(func=cmd_train)

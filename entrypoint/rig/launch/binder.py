@@ -1,0 +1,98 @@
+"""Per-rank binder: `python -m rig.launch.binder --plan JSON -- CMD...`, what torchrun starts for each rank.
+
+It applies its LOCAL_RANK's CPU affinity and preferred memory node to itself, then execs CMD, so
+the trainer and every data loader worker it forks inherit both. torch 2.3 has no --numa-binding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import os
+import platform
+import sys
+from collections.abc import Mapping, MutableMapping, Sequence
+
+from rig import flags, log
+from rig.launch import binding
+from rig.launch.topology import format_cpulist
+
+_logger = log.get("binder")
+
+MPOL_PREFERRED = 1
+# set_mempolicy(2) has no glibc wrapper; syscall numbers per architecture.
+_SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "ppc64le": 261}
+
+
+def binding_enabled(environ: Mapping[str, str]) -> bool:
+    return flags.switched_on(environ, "NUMA_BINDING")
+
+
+def set_preferred_node(node: int) -> int:
+    """MPOL_PREFERRED on node for this process (inherited by fork and exec). 0 or an errno."""
+    number = _SYS_SET_MEMPOLICY.get(platform.machine())
+    if number is None:
+        return errno.ENOSYS
+    bits = ctypes.sizeof(ctypes.c_ulong) * 8
+    mask = (ctypes.c_ulong * (node // bits + 1))()
+    mask[node // bits] = 1 << (node % bits)
+    libc = ctypes.CDLL(None, use_errno=True)
+    # maxnode counts bits; the kernel reads one less than it is given.
+    rc = libc.syscall(number, MPOL_PREFERRED, mask, ctypes.c_ulong(len(mask) * bits + 1))
+    return 0 if rc == 0 else ctypes.get_errno()
+
+
+def rank_environment(rank: binding.RankBinding, environ: Mapping[str, str]) -> dict[str, str]:
+    """What the rank's environment gains: the plan, for the trainer, telemetry and `rig doctor`."""
+    updates = {
+        "RIG_CPUS": format_cpulist(rank.cpus),
+        "RIG_MEM_NODE": "" if rank.mem_node is None else str(rank.mem_node),
+        "RIG_GPU_BUS_ID": rank.gpu_bus_id or "",
+    }
+    ours = set(environ.get("RIG_ENV_DEFAULTS", "").split(","))
+    if "OMP_NUM_THREADS" not in environ or "OMP_NUM_THREADS" in ours:
+        updates["OMP_NUM_THREADS"] = str(len(rank.cpus))
+    return updates
+
+
+def bind(rank: binding.RankBinding, environ: MutableMapping[str, str]) -> None:
+    """Apply rank's binding to this process; environ gets the rank's variables."""
+    if not binding_enabled(environ):
+        _logger.info("NUMA_BINDING=off: rank %d runs unbound", rank.local_rank)
+        return
+    os.sched_setaffinity(0, rank.cpus)
+    environ.update(rank_environment(rank, environ))
+    if rank.mem_node is None:
+        return
+    err = set_preferred_node(rank.mem_node)
+    if err and rank.local_rank == 0:  # one warning per node, not one per rank
+        _logger.warning(
+            "memory binding refused (%s): ranks keep their CPU binding but allocate on any node; "
+            "allow it with `cap_add: [SYS_NICE]` in compose (docker run --cap-add SYS_NICE), "
+            "or set NUMA_BINDING=off to silence this",
+            os.strerror(err),
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    log.setup()
+    parser = argparse.ArgumentParser(prog="python -m rig.launch.binder")
+    parser.add_argument("--plan", required=True, help="the plan as `rig plan --json` prints it")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to run after --")
+    plan = binding.from_json(args.plan)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if local_rank >= len(plan):
+        _logger.error("LOCAL_RANK %d has no entry in a plan of %d ranks", local_rank, len(plan))
+        return 2
+    bind(plan[local_rank], os.environ)
+    sys.stdout.flush()
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The GPU environment: variables set before services or jobs start, each with its reason.
+
+A value the user set always wins; `rig env` shows which ones they set. The result is a value
+(a list of entries), so callers and tests apply it to whatever mapping they like.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+
+# Names rig set itself (not the user), so a later `rig train` may resize OMP_NUM_THREADS per rank.
+MARKER = "RIG_ENV_DEFAULTS"
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    name: str
+    value: str
+    reason: str
+    user_set: bool
+
+
+def _defaults(threads: int) -> list[tuple[str, str, str]]:
+    return [
+        (
+            "CUDA_DEVICE_ORDER",
+            "PCI_BUS_ID",
+            "CUDA numbers GPUs in PCI bus order as nvidia-smi and NVML do: device=0 is nvidia-smi's GPU 0",
+        ),
+        (
+            "OMP_NUM_THREADS",
+            str(threads),
+            "one OpenMP thread per CPU this process (or rank) is bound to; torchrun would otherwise set 1",
+        ),
+        (
+            "MKL_THREADING_LAYER",
+            "GNU",
+            "MKL uses GNU OpenMP like torch and OpenCV do; mixing Intel's and GNU's OpenMP hangs or aborts",
+        ),
+        (
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "expandable_segments:True",
+            "the caching allocator grows segments instead of fragmenting on YOLO's varying batch shapes",
+        ),
+        (
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+            "1",
+            "a failed or stuck rank aborts the whole job instead of leaving the others waiting for hours",
+        ),
+        (
+            "NCCL_DEBUG",
+            "WARN",
+            "NCCL reports what went wrong (bad topology, timeouts) without per-call noise",
+        ),
+    ]
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def gpu_environment(environ: Mapping[str, str], *, threads: int | None = None) -> list[EnvEntry]:
+    """The variables to set: the user's value where they set one, ours otherwise.
+
+    threads: the CPUs of one rank (rig train passes its plan's share); default, all allowed CPUs.
+    """
+    n = threads if threads is not None else default_threads()
+    ours = set(environ.get(MARKER, "").split(","))
+    entries = [
+        EnvEntry(name, environ[name], reason, True)
+        if name in environ and name not in ours
+        else EnvEntry(name, value, reason, False)
+        for name, value, reason in _defaults(n)
+    ]
+    mine = ",".join(e.name for e in entries if not e.user_set)
+    return [*entries, EnvEntry(MARKER, mine, "the variables above that rig chose (not you)", False)]
+
+
+def apply(environ: MutableMapping[str, str], entries: list[EnvEntry]) -> None:
+    for e in entries:
+        if not e.user_set:
+            environ[e.name] = e.value
+
+
+def updated(environ: Mapping[str, str], *, threads: int | None = None) -> dict[str, str]:
+    """A copy of environ with the GPU environment added."""
+    env = dict(environ)
+    apply(env, gpu_environment(environ, threads=threads))
+    return env

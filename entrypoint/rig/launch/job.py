@@ -1,0 +1,336 @@
+"""What `rig train` and `rig launch` run: discover the GPUs, decide the plan, exec torchrun.
+
+Everything a launch decides (which GPUs, the binding, the rendezvous, the run directory, the
+arguments every rank gets) is computed before anything runs, so bad input stops here with one
+line and `--dry-run` prints the exact commands. Execution is a single exec of torchrun (or of the
+trainer for `device=cpu`), so torchrun's exit code is the command's exit code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shlex
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rig import log
+from rig.errors import RigError
+from rig.launch import binding, gpuenv, nodes
+from rig.launch.topology import Topology, read_topology
+from rig.yolo import tuning
+
+_logger = log.get("launch")
+
+NO_GPU = (
+    "no GPU is visible in this container: reserve GPUs for it (compose: deploy.resources.reservations."
+    "devices with driver: nvidia, capabilities: [gpu]; docker run --gpus all) and install the NVIDIA "
+    "container toolkit on the host (nvidia-ctk runtime configure --runtime=docker); or train on the "
+    "CPU with device=cpu"
+)
+DEMO_DATA = Path("/datasets/demo/data.yaml")
+BINDER = "rig.launch.binder"  # what torchrun starts for each rank
+TRAINER = "rig.launch.trainer"  # what each rank (or the one CPU process) runs
+_TASK_SUFFIXES = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "classify"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Decide: pure functions of the request and the topology.
+
+
+def parse_gpus(spec: str | None) -> str | list[int] | int:
+    """'all' -> 'all'; '2' -> 2 (a count); '0,2' or '3,' -> [0, 2] / [3] (CUDA ordinals)."""
+    if spec is None or spec.strip().lower() == "all":
+        return "all"
+    text = spec.strip()
+    how = "use a count (--gpus 2), all, or GPU ids (--gpus 0,2)"
+    if "," in text:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        ids: list[int] = []
+        for item in items:
+            if not item.lstrip("-").isdigit():
+                raise RigError(f"GPU id {item!r} in GPUS={spec} is not a number; {how}")
+            if int(item) < 0:
+                raise RigError(f"GPU id {item} in GPUS={spec} is negative; GPU ids start at 0")
+            ids.append(int(item))
+        if not ids:
+            raise RigError(f"GPUS={spec} names no GPU; {how}")
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise RigError(f"GPUS={spec} names GPU {dupes[0]} twice; list each GPU once")
+        return ids
+    if not text.lstrip("-").isdigit():
+        raise RigError(f"GPUS={spec} is not a number; {how}")
+    count = int(text)
+    if count <= 0:
+        raise RigError(f"GPUS={spec}: at least one GPU is needed; train on the CPU with device=cpu instead")
+    return count
+
+
+def select_gpus(choice: str | list[int] | int, topology: Topology) -> list[int]:
+    visible = len(topology.gpus)
+    if visible == 0:
+        raise RigError(NO_GPU)
+    names = ", ".join(f"{g.index}={g.bus_id}" for g in topology.gpus)
+    if choice == "all":
+        return list(range(visible))
+    if isinstance(choice, int):
+        if choice > visible:
+            raise RigError(
+                f"GPUS={choice} but only {visible} GPU(s) are visible ({names}); "
+                f"use --gpus {visible} or fewer, or give the container more GPUs"
+            )
+        return list(range(choice))
+    assert isinstance(choice, list)
+    missing = [i for i in choice if i >= visible]
+    if missing:
+        raise RigError(f"GPU id {missing[0]} is not visible; the visible GPUs are {names}")
+    return choice
+
+
+def parse_kv(items: Sequence[str]) -> dict[str, str]:
+    args: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or key.startswith("-"):
+            raise RigError(f"expected an Ultralytics argument key=value, got {item!r} (e.g. epochs=10)")
+        if key in args:
+            raise RigError(f"argument {key} is given twice; give it once")
+        args[key] = value
+    return args
+
+
+def check_batch(user_args: Mapping[str, str], world: int) -> None:
+    raw = user_args.get("batch")
+    if raw is None or world <= 1:
+        return
+    try:
+        batch = float(raw)
+    except ValueError:
+        raise RigError(f"BATCH={raw} is not a number; give the total batch over all ranks, e.g. 16") from None
+    if batch < 1 or batch != int(batch):
+        raise RigError(
+            f"BATCH={raw} (AutoBatch) works on one GPU only; give a total batch divisible by "
+            f"the {world} ranks, e.g. {world * 8}"
+        )
+    if int(batch) % world:
+        lo = max(world, int(batch) // world * world)
+        raise RigError(
+            f"BATCH={raw} is not divisible by the {world} ranks; "
+            f"use a multiple of {world}, e.g. {lo} or {lo + world}"
+        )
+
+
+def guess_task(user_args: Mapping[str, str]) -> str:
+    if user_args.get("task"):
+        return user_args["task"]
+    stem = Path(user_args.get("model", "yolo11n.pt")).stem
+    return next((task for suffix, task in _TASK_SUFFIXES.items() if stem.endswith(suffix)), "detect")
+
+
+def next_run_dir(project: Path, name: str, exist_ok: bool) -> Path:
+    """Ultralytics' naming (train, train2, train3...), decided once so every rank shares it."""
+    path = project / name
+    if exist_ok or not path.exists():
+        return path
+    n = 2
+    while (project / f"{name}{n}").exists():
+        n += 1
+    return project / f"{name}{n}"
+
+
+def torchrun_command(
+    plan: Sequence[binding.RankBinding], node: nodes.NodeSpec, program: Sequence[str], python: str
+) -> list[str]:
+    cmd = [python, "-m", "torch.distributed.run"]
+    if node.nnodes == 1:
+        cmd += ["--standalone", "--nnodes", "1"]
+    else:
+        cmd += [
+            "--nnodes", str(node.nnodes), "--node-rank", str(node.node_rank),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{node.master_addr}:{node.master_port}",
+            "--rdzv-id", node.rdzv_id,
+            # Node 0 hosts the c10d store: no guessing from host names (containers rarely match).
+            "--rdzv-conf", f"is_host={1 if node.node_rank == 0 else 0}",
+        ]  # fmt: skip
+    cmd += ["--nproc-per-node", str(len(plan)), "--max-restarts", "0"]
+    return [*cmd, "-m", BINDER, "--plan", binding.to_json(plan), "--", *program]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What would run: the command and the variables it adds to the environment."""
+
+    command: list[str]
+    env: dict[str, str]
+
+    def shell(self) -> str:
+        return shlex.join(["env", *(f"{k}={v}" for k, v in sorted(self.env.items())), *self.command])
+
+
+# ---------------------------------------------------------------------------------------------
+# Discover: the topology, the rendezvous, Ultralytics' settings (lazily: the image has them).
+
+
+def topology(sysfs_root: str | None = None, gpu_bus_ids: str | None = None) -> Topology:
+    """This machine's topology, or another's: a copy of its /sys and its GPUs' bus ids, in order."""
+    ids = [b for b in gpu_bus_ids.split(",") if b.strip()] if gpu_bus_ids else None
+    root = Path(sysfs_root) if sysfs_root else Path("/")
+    if sysfs_root and not root.is_dir():
+        raise RigError(f"--sysfs-root {root} is not a directory; give a copy of a machine's /sys")
+    return read_topology(root, ids)
+
+
+def _settings_dir(key: str, fallback: Path) -> Path:
+    try:
+        settings: Any = importlib.import_module("ultralytics.utils").SETTINGS
+    except ImportError:
+        return fallback
+    return Path(settings[key])
+
+
+def make_plan(topology: Topology, gpu_ids: list[int]) -> list[binding.RankBinding]:
+    plan = binding.make_plan(topology, len(gpu_ids), gpu_ids)
+    for warning in plan.warnings:
+        _logger.warning("%s", warning)
+    return list(plan.ranks)
+
+
+def _tuning(user_args: Mapping[str, str], rank_cpus: int, nranks: int) -> dict[str, str]:
+    added: dict[str, str] = {}
+    for d in tuning.launch_decisions(
+        user_args=user_args, data=user_args.get("data"), rank_cpus=rank_cpus, nranks=nranks
+    ):
+        if d.key not in user_args:
+            _logger.info("%s=%s: %s", d.key, d.value, d.reason)
+            added[d.key] = d.value
+    return added
+
+
+def _defaults(user_args: dict[str, str]) -> dict[str, str]:
+    """data and model when the user gave none: the demo dataset, yolo11n (from scratch if offline)."""
+    args = dict(user_args)
+    if "data" not in args and not args.get("resume"):
+        if not DEMO_DATA.exists():
+            raise RigError(
+                f"no data= given and no demo dataset at {DEMO_DATA}; run `make demo-data` or pass data="
+            )
+        args["data"] = str(DEMO_DATA)
+    if "model" not in args and not args.get("resume"):
+        weights = _settings_dir("weights_dir", Path("weights")) / "yolo11n.pt"
+        args["model"] = "yolo11n.pt" if weights.exists() else "yolo11n.yaml"
+        if not weights.exists():
+            _logger.info("no model= given and no %s: training yolo11n from scratch", weights)
+    return args
+
+
+def _resume(args: dict[str, str]) -> dict[str, str]:
+    """resume=True continues the newest run unless model= names its last.pt."""
+    if args.get("resume", "").lower() != "true" or args.get("model", "").endswith(".pt"):
+        return args
+    runs = _settings_dir("runs_dir", Path("runs").absolute())
+    found = sorted(runs.glob("**/last*.pt"), key=os.path.getctime)
+    if not found:
+        raise RigError(f"resume=True but no last.pt under {runs}; give model=path/to/last.pt")
+    _logger.info("resuming %s", found[-1])
+    return {**args, "model": str(found[-1])}
+
+
+def _run_dir(args: dict[str, str]) -> tuple[dict[str, str], Path | None]:
+    if args.get("resume", "").lower() not in {"", "false"}:
+        return args, None  # the checkpoint knows its run directory
+    project = Path(args["project"]) if args.get("project") else None
+    if project is None or not project.is_absolute():
+        base = _settings_dir("runs_dir", Path("runs").absolute()) / guess_task(args)
+        project = base / project if project else base
+    exist_ok = args.get("exist_ok", "").lower() == "true"
+    run_dir = next_run_dir(project, args.get("name") or "train", exist_ok)
+    return {**args, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": "True"}, run_dir
+
+
+def _check_dataset(args: Mapping[str, str]) -> None:
+    """Dataset checks (and any download) once per node, before the ranks start."""
+    data = args.get("data")
+    if not data:
+        return
+    try:
+        checks: Any = importlib.import_module("ultralytics.data.utils")
+    except ImportError:
+        return
+    try:
+        (checks.check_cls_dataset if guess_task(args) == "classify" else checks.check_det_dataset)(data)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RigError(f"dataset {data}: {first}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Execute.
+
+
+def execute(launch: Launch) -> int:
+    """Log the decision, then exec it: torchrun's exit code is the command's."""
+    env = {**os.environ, **launch.env}
+    _logger.info("Executing: %s", shlex.join(launch.command))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(launch.command[0], launch.command, env)
+
+
+def plan_train(
+    kv_args: Sequence[str],
+    *,
+    gpus: str | None = None,
+    discover: Callable[[], Topology] = topology,
+    check_dataset: bool = True,
+) -> Launch:
+    """What `rig train` runs: torchrun over the binder and the trainer, or the trainer alone on the CPU."""
+    user = parse_kv(kv_args)
+    device = user.get("device", "").strip().lower()
+    cpu = device in {"cpu", "mps"}
+    if device and not cpu and gpus is not None:
+        raise RigError(f"both --gpus {gpus} and device={device} given; give one of them")
+    choice = parse_gpus(None if cpu else (gpus or (device + "," if device else None)))
+    node = nodes.node_spec(os.environ)
+    python = sys.executable
+    if cpu:
+        if node.nnodes > 1:
+            raise RigError("device=cpu trains in one process; unset NNODES (or the scheduler's node count)")
+        user = _resume(_defaults(user))
+        threads = gpuenv.default_threads()
+        user.update(_tuning(user, threads, 1))
+        user, run_dir = _run_dir(user)
+        env = {**_env_delta(threads), **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
+        return Launch([python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())], env)
+
+    topo = discover()
+    gpu_ids = select_gpus(choice, topo)
+    world = len(gpu_ids) * node.nnodes
+    check_batch(user, world)
+    plan = make_plan(topo, gpu_ids)
+    user = _resume(_defaults(user))
+    user["device"] = ",".join(str(i) for i in gpu_ids)
+    user.update(_tuning(user, len(plan[0].cpus), len(plan)))
+    user, run_dir = _run_dir(user)
+    if check_dataset:
+        _check_dataset(user)
+    program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
+    env = {**_env_delta(len(plan[0].cpus)), **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
+    return Launch(torchrun_command(plan, node, program, python), env)
+
+
+def plan_launch(program: Sequence[str], topo: Topology, gpus: str | None = None) -> Launch:
+    """What `rig launch` runs: the user's program on each rank, through torchrun and the binder."""
+    plan = make_plan(topo, select_gpus(parse_gpus(gpus), topo))
+    return Launch(
+        torchrun_command(plan, nodes.node_spec(os.environ), program, sys.executable),
+        _env_delta(len(plan[0].cpus)),
+    )
+
+
+def _env_delta(threads: int) -> dict[str, str]:
+    full = gpuenv.updated(os.environ, threads=threads)
+    return {k: v for k, v in full.items() if os.environ.get(k) != v}

@@ -1,0 +1,208 @@
+"""What each rank runs: `python -m rig.launch.trainer key=value ...` -> YOLO(model).train(**args).
+
+Under torchrun, Ultralytics takes its world size from `device` (the GPUs of this node); across
+nodes that is wrong, so the trainer class is extended to use torchrun's global WORLD_SIZE (its
+RANK already is global). SIGTERM only sets a flag; the ranks agree on it between batches and stop
+the Ultralytics way, except that the partial epoch counts for nothing: no results.csv row, no best.pt,
+and rank 0 saves `last.pt` as the end of the epoch before, so `resume=True` runs the interrupted epoch
+again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from types import FrameType
+from typing import Any
+
+from rig import log
+from rig.observe import telemetry
+
+_logger = log.get("trainer")
+STOPPED_EXIT = 128 + signal.SIGTERM
+
+
+class _StopFlag:
+    """Set by the signal handler, read by the training loop: handlers never act themselves."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+
+    def handler(self, signum: int, _frame: FrameType | None) -> None:
+        self.signum = signum
+
+
+STOP = _StopFlag()
+
+
+def parse_value(text: str) -> Any:
+    """Ultralytics' own CLI typing: 'True' -> True, '16' -> 16, '0.5' -> 0.5, 'none' -> None."""
+    lowered = text.lower()
+    if lowered == "none":
+        return None
+    if lowered in {"true", "false"}:
+        return lowered == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+# Names and paths stay strings: name=2024 is a directory, not a number.
+_STRING_KEYS = frozenset({"name", "project", "data", "model", "device", "tracker", "cfg"})
+
+
+def parse_args(argv: Sequence[str]) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    for item in argv:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"ERROR trainer: expected key=value, got {item!r}")
+        args[key] = value if key in _STRING_KEYS else parse_value(value)
+    return args
+
+
+# Marks a checkpoint saved by a stop mid-epoch, in its train_metrics (the one free-form dict of a
+# checkpoint that Ultralytics' resume does not validate).
+_STOPPED_MID_EPOCH = "rig/stopped_mid_epoch"
+
+
+def stopped_mid_epoch(ckpt: Mapping[str, Any] | None) -> bool:
+    """Whether the checkpoint is a stop's: its `epoch` is the one before the interrupted epoch."""
+    metrics = (ckpt or {}).get("train_metrics") or {}
+    return bool(metrics.get(_STOPPED_MID_EPOCH))
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _global_world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _stop_agreed(trainer: Any) -> bool:
+    """True on every rank once any rank got SIGTERM (one tiny all-reduce per batch under DDP)."""
+    torch: Any = importlib.import_module("torch")
+    dist: Any = importlib.import_module("torch.distributed")
+
+    local = 1 if STOP.signum else 0
+    if not (dist.is_available() and dist.is_initialized()):
+        return bool(local)
+    flag = torch.tensor([local], device=trainer.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def _on_batch_end(trainer: Any) -> None:
+    if not trainer.stop and _stop_agreed(trainer):
+        trainer.stop = True
+        trainer.rig_stopping = True
+        _logger.info("stop requested: finishing this batch; resume=True runs this epoch again")
+
+
+@contextlib.contextmanager
+def _set_for_now(obj: object, **values: Any) -> Iterator[None]:
+    kept = {name: getattr(obj, name) for name in values}
+    for name, value in values.items():
+        setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        for name, value in kept.items():
+            setattr(obj, name, value)
+
+
+def rig_trainer_class(base: type) -> type:
+    """base (the task's Ultralytics trainer) with rig's global world size and clean SIGTERM stop."""
+
+    class RigTrainer(base):  # type: ignore[misc]
+        rig_stopping = False
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            world = _global_world_size()
+            # Ultralytics counted only this node's `device` list (0 means CPU: never DDP).
+            if world > 1 and int(getattr(self, "world_size", 0)) >= 1:
+                self.world_size = world
+            self.add_callback("on_train_batch_end", _on_batch_end)
+
+        def validate(self) -> Any:
+            if self.rig_stopping:  # a SIGTERM grace period is too short for a validation pass
+                return self.metrics, self.fitness
+            return super().validate()
+
+        def final_eval(self) -> Any:
+            if self.rig_stopping:
+                return None
+            return super().final_eval()
+
+        def save_metrics(self, metrics: dict[str, Any]) -> None:
+            if not self.rig_stopping:  # a partial epoch has no validation of its own to record
+                super().save_metrics(metrics)
+
+        def save_model(self) -> Any:
+            if not self.rig_stopping:
+                return super().save_model()
+            # Saved as the end of the epoch before (resume starts at epoch + 1), marked so that resume
+            # can say so. A partial epoch is neither the best nor a save_period snapshot: best.pt is
+            # pointed at last.pt for this one save, and save_period is off.
+            marked = {**(self.metrics or {}), _STOPPED_MID_EPOCH: 1.0}
+            with _set_for_now(self, epoch=self.epoch - 1, best=self.last, save_period=0, metrics=marked):
+                return super().save_model()
+
+        def resume_training(self, ckpt: dict[str, Any] | None) -> None:
+            if ckpt is None or not self.resume or not stopped_mid_epoch(ckpt):
+                super().resume_training(ckpt)
+                return
+            if ckpt.get("epoch") == -1:
+                # Stopped in the first epoch: Ultralytics refuses epoch -1 as "finished". Loading the
+                # optimizer, EMA and best fitness is all its resume adds to a fresh start at epoch 0.
+                self._load_checkpoint_state(ckpt)
+                self.start_epoch = 0
+            else:
+                super().resume_training(ckpt)
+            if _rank() == 0:
+                _logger.info(
+                    "%s was saved by a stop mid-epoch: running epoch %d/%d again",
+                    self.args.model,
+                    self.start_epoch + 1,
+                    self.epochs,
+                )
+
+    return RigTrainer
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    log.setup()
+    signal.signal(signal.SIGTERM, STOP.handler)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    yolo: Any = importlib.import_module("ultralytics").YOLO
+    model = yolo(args.pop("model", "yolo11n.pt"))
+    if args.get("resume") is True and stopped_mid_epoch(model.ckpt):
+        # Ultralytics' resume=True refuses a checkpoint at epoch -1 (a stop in the first epoch) before
+        # the trainer exists; the checkpoint's path, its other form, leaves the decision to the trainer.
+        args["resume"] = model.ckpt_path
+    rank = _rank()
+    if rank == 0:
+        telemetry.attach(model, os.environ.get("RIG_RUN_DIR") or None)
+    trainer_cls = rig_trainer_class(model.task_map[model.task]["trainer"])
+    model.train(trainer=trainer_cls, **args)
+    if STOP.signum:
+        last = getattr(model.trainer, "last", None)
+        if rank == 0:
+            _logger.info(
+                "stopped by signal %d; kept %s; continue with: resume=True model=%s", STOP.signum, last, last
+            )
+        return STOPPED_EXIT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,392 @@
+"""`rig bench`: where does training time go on this machine, and what do our defaults buy?
+
+In one run, on the same data and model:
+- the train data loader alone (images/s), with stock Ultralytics settings and with ours, in
+  alternating rounds so both see the same machine state;
+- the model's train step alone on a device-resident batch (images/s): the compute ceiling;
+- with a GPU, a short real training run: images/s, GPU utilisation and the fraction of step time
+  spent waiting for data.
+It prints a table, writes JSON and names the bottleneck.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rig import log
+from rig.errors import RigError
+from rig.yolo import overlay, tuning
+
+_logger = log.get("bench")
+
+
+def _imp(name: str) -> Any:
+    """Import torch, Ultralytics and NVML only when measuring: `rig` stays importable without them."""
+    return importlib.import_module(name)
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    data: str | None = None  # a data yaml; None generates the shapes dataset
+    model: str = "yolo11n.yaml"  # an architecture: random weights, nothing to download
+    imgsz: int = 640
+    batch: int = 16
+    workers: int | None = None  # ours: None lets the launch decision pick
+    amp: bool = True
+    compile: bool = False
+    quick: bool = False
+    device: str | None = None  # None: the first GPU if any, else cpu
+    deterministic: bool | None = None  # the step measure; None: the baked default
+    train_images: int = 512  # generated dataset: several times the mosaic buffer (8 batches)
+    # Generated images: camera-sized (720p video frames) rather than pre-shrunk to imgsz, so the
+    # loader decodes and resizes as it does with most users' data. The cache's gain grows with it.
+    source_size: tuple[int, int] = (1280, 720)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    rounds: int
+    loader_batches: int
+    step_warmup: int
+    step_iters: int
+
+
+def _plan(opts: BenchOptions, cuda: bool) -> _Plan:
+    rounds = 2 if opts.quick else 3
+    if cuda:
+        return _Plan(
+            rounds,
+            loader_batches=20 if opts.quick else 60,
+            step_warmup=10,
+            step_iters=30 if opts.quick else 100,
+        )
+    # A CPU step of YOLO11n at 640 px, batch 16, takes seconds: one timed step after one warm-up.
+    return _Plan(
+        rounds, loader_batches=20 if opts.quick else 40, step_warmup=1, step_iters=1 if opts.quick else 3
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings: stock (Ultralytics' packaged defaults) and ours (overlay + launch decisions)
+
+
+LOADER_KEYS = ("cache", "workers")
+
+
+def settings(
+    opts: BenchOptions, train_images: int | None
+) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """The loader settings for stock and ours, and the reasons for ours."""
+    cfg = _imp("ultralytics.cfg").DEFAULT_CFG_DICT
+    # In the image cfg is already ours and upstream.yaml records what the overlay replaced; in a
+    # plain environment (tools/gpu_check_bench.sh) cfg is stock and the overlay is read from
+    # RIG_CONFIGS_DIR. Keys the overlay leaves alone are the same in both.
+    upstream, ours_static = overlay.upstream_values(), overlay.overlay_values()
+    stock: dict[str, Any] = {k: upstream.get(k, cfg[k]) for k in LOADER_KEYS}
+    ours: dict[str, Any] = {k: ours_static.get(k, cfg[k]) for k in LOADER_KEYS}
+    user: dict[str, str] = {"imgsz": str(opts.imgsz), "batch": str(opts.batch)}
+    if opts.workers is not None:
+        user["workers"] = str(opts.workers)
+        ours["workers"] = opts.workers
+    reasons = []
+    for d in tuning.decide(
+        user_args=user,
+        train_images=train_images,
+        resources=tuning.read_resources(),
+        rank_cpus=len(os.sched_getaffinity(0)),
+        nranks=1,
+    ):
+        ours[d.key] = int(d.value) if d.key == "workers" else (False if d.value == "False" else d.value)
+        reasons.append(f"{d.key}={d.value}: {d.reason}")
+    return stock, ours, reasons
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements
+
+
+def _dataset(data: dict[str, Any], opts: BenchOptions, cache: Any) -> tuple[Any, float]:
+    get_cfg = _imp("ultralytics.cfg").get_cfg
+    build_yolo_dataset = _imp("ultralytics.data").build_yolo_dataset
+    cfg = get_cfg(overrides={"imgsz": opts.imgsz, "batch": opts.batch, "cache": cache})
+    t0 = time.perf_counter()
+    ds = build_yolo_dataset(cfg, data["train"], opts.batch, data, mode="train", stride=32)
+    return ds, time.perf_counter() - t0
+
+
+def _loader_img_s(dataset: Any, opts: BenchOptions, workers: int, batches: int, device: str) -> float:
+    loader = _imp("ultralytics.data").build_dataloader(
+        dataset, opts.batch, workers, shuffle=True, rank=-1, device=device
+    )
+    try:
+        it = _forever(loader)
+        for _ in range(max(workers, 1) + 1):  # worker start-up is not throughput
+            next(it)
+        n, t0 = 0, time.perf_counter()
+        for _ in range(batches):
+            n += int(next(it)["img"].shape[0])
+        return n / (time.perf_counter() - t0)
+    finally:
+        loader.close()
+        del loader
+        gc.collect()
+
+
+def _forever(loader: Any) -> Iterator[Any]:
+    """Batches across epoch ends: Ultralytics' loader keeps its workers between epochs."""
+    while True:
+        yield from loader
+
+
+def compile_blocker() -> str | None:
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        return (
+            "torch.compile (inductor) builds kernels with a C compiler and this image has none "
+            "(the runtime stage ships no toolchain); measured without compile"
+        )
+    return None
+
+
+def _step_img_s(
+    data: dict[str, Any], batch: dict[str, Any], opts: BenchOptions, device: Any, plan: _Plan
+) -> float:
+    torch = _imp("torch")
+    get_cfg = _imp("ultralytics.cfg").get_cfg
+    DetectionModel = _imp("ultralytics.nn.tasks").DetectionModel
+    cuda = device.type == "cuda"
+    deterministic = opts.deterministic
+    if deterministic is None:
+        deterministic = bool(_imp("ultralytics.cfg").DEFAULT_CFG_DICT["deterministic"])
+    _imp("ultralytics.utils.torch_utils").init_seeds(0, deterministic=deterministic)  # as the trainer does
+    model = DetectionModel(opts.model, nc=len(data["names"]), verbose=False).to(device)
+    model.args = get_cfg(overrides={"imgsz": opts.imgsz, "batch": opts.batch})
+    model.train()
+    if opts.compile and compile_blocker() is None:
+        model = torch.compile(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
+    use_amp = opts.amp and cuda  # Ultralytics trains in fp32 on CPU
+    scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
+    dev_batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    dev_batch["img"] = dev_batch["img"].float() / 255
+
+    def step() -> None:
+        with torch.autocast(device.type, enabled=use_amp):
+            loss, _ = model(dev_batch)
+        scaler.scale(loss.sum()).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(plan.step_warmup):
+        step()
+    if cuda:
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(plan.step_iters):
+        step()
+    if cuda:
+        torch.cuda.synchronize(device)
+    return plan.step_iters * int(batch["img"].shape[0]) / (time.perf_counter() - t0)
+
+
+class _GpuSampler:
+    """Mean GPU utilisation from NVML, sampled in a thread while a run is in progress."""
+
+    def __init__(self, index: int, interval: float = 0.1) -> None:
+        pynvml = _imp("pynvml")
+        pynvml.nvmlInit()
+        self._nvml, self._handle, self._interval = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index), interval
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.samples.append(int(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
+
+    def __enter__(self) -> _GpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _train_run(data_yaml: Path, ours: dict[str, Any], opts: BenchOptions, device: Any) -> dict[str, Any]:
+    """One short epoch with Ultralytics' own trainer; data wait = gaps between batches."""
+    YOLO = _imp("ultralytics").YOLO
+    starts: list[float] = []
+    ends: list[float] = []
+    model = YOLO(opts.model)
+    model.add_callback("on_train_batch_start", lambda _t: starts.append(time.perf_counter()))
+    model.add_callback("on_train_batch_end", lambda _t: ends.append(time.perf_counter()))
+    with (
+        tempfile.TemporaryDirectory(prefix="rig-bench-run-") as project,
+        _GpuSampler(device.index or 0) as gpu,
+    ):
+        model.train(
+            data=str(data_yaml),
+            epochs=1,
+            imgsz=opts.imgsz,
+            batch=opts.batch,
+            amp=opts.amp,
+            val=False,
+            plots=False,
+            save=False,
+            project=project,
+            name="bench",
+            exist_ok=True,
+            device=device.index or 0,
+            verbose=False,
+            **ours,
+        )
+    skip = min(3, len(starts) - 2)  # start-up batches
+    if skip < 1:
+        raise RigError("bench: the training run was too short to measure; use more --train-images")
+    waits = [starts[i] - ends[i - 1] for i in range(skip, len(starts))]
+    total = ends[-1] - ends[skip - 1]
+    n_img = (len(starts) - skip) * opts.batch
+    return {
+        "img_s": n_img / total,
+        "data_wait_fraction": sum(waits) / total,
+        "gpu_util_mean": statistics.fmean(gpu.samples) if gpu.samples else None,
+        "batches": len(starts) - skip,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def _bench_data(opts: BenchOptions) -> Path:
+    if opts.data:
+        return Path(opts.data)
+    from rig.yolo.demo_data import YAML_NAME, make_demo_dataset
+
+    # In the datasets volume, so it is generated once; a temporary directory if that is read-only.
+    base = Path(_imp("ultralytics.utils").SETTINGS["datasets_dir"]) / ".rig-bench"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        writable = os.access(base, os.W_OK)
+    except OSError:
+        writable = False
+    if not writable:
+        base = Path(tempfile.gettempdir()) / "rig-bench"
+    w, h = opts.source_size
+    root = base / f"shapes-{opts.train_images}-{w}x{h}"
+    if (root / YAML_NAME).is_file():
+        return root / YAML_NAME
+    _logger.info("generating %d images of %dx%d px in %s (once)", opts.train_images, w, h, root)
+    return make_demo_dataset(root, train=opts.train_images, val=16, imgsz=w, height=h, force=root.exists())
+
+
+def run_bench(opts: BenchOptions) -> dict[str, Any]:
+    # Ultralytics' progress bars and per-dataset chatter would bury the table; its warnings stay.
+    os.environ.setdefault("YOLO_VERBOSE", "False")
+    torch = _imp("torch")
+    check_det_dataset = _imp("ultralytics.data.utils").check_det_dataset
+    cuda = torch.cuda.is_available() and opts.device != "cpu"
+    device = torch.device(
+        opts.device if opts.device and opts.device != "cpu" else ("cuda:0" if cuda else "cpu")
+    )
+    plan = _plan(opts, device.type == "cuda")
+    data_yaml = _bench_data(opts)
+    data = check_det_dataset(str(data_yaml))
+    datasets_dir = Path(_imp("ultralytics.utils").SETTINGS["datasets_dir"])
+    n_train = tuning.count_train_images(str(data_yaml), datasets_dir)
+    stock, ours, reasons = settings(opts, n_train)
+    for reason in reasons:
+        _logger.info("ours: %s", reason)
+
+    stock_ds, _ = _dataset(data, opts, stock["cache"])
+    ours_ds, ours_build_s = _dataset(data, opts, ours["cache"])
+    rates: dict[str, list[float]] = {"stock": [], "ours": []}
+    for r in range(plan.rounds):  # alternate so drift (thermal, page cache, neighbours) hits both
+        for name, ds, cfg in (("stock", stock_ds, stock), ("ours", ours_ds, ours))[
+            :: 1 if r % 2 == 0 else -1
+        ]:
+            rates[name].append(_loader_img_s(ds, opts, int(cfg["workers"]), plan.loader_batches, device.type))
+            _logger.info("loader %s round %d: %.1f img/s", name, r + 1, rates[name][-1])
+    batch = next(iter(_first_batch(ours_ds, opts)))
+    del stock_ds, ours_ds
+    gc.collect()
+
+    compile_note = compile_blocker() if opts.compile else None
+    step = _step_img_s(data, batch, opts, device, plan)
+    _logger.info("train step on %s: %.1f img/s", device, step)
+
+    train = _train_run(data_yaml, ours, opts, device) if device.type == "cuda" else None
+    stock_img_s, ours_img_s = statistics.median(rates["stock"]), statistics.median(rates["ours"])
+    if train is not None:
+        bottleneck = "loader" if train["data_wait_fraction"] > 0.1 else "compute"
+        why = f"{train['data_wait_fraction']:.0%} of the real run's step time waited for data"
+    else:
+        bottleneck = "loader" if ours_img_s < step else "compute"
+        why = f"loader {ours_img_s:.0f} img/s vs train step {step:.0f} img/s"
+    return {
+        "loader": {
+            "stock_img_s": stock_img_s,
+            "ours_img_s": ours_img_s,
+            "speedup": ours_img_s / stock_img_s,
+            "stock_rounds": rates["stock"],
+            "ours_rounds": rates["ours"],
+            "stock": stock,
+            "ours": ours,
+            "ours_reasons": reasons,
+            "ours_dataset_build_s": ours_build_s,
+        },
+        "step_img_s": step,
+        "train": train,
+        "bottleneck": bottleneck,
+        "bottleneck_reason": why,
+        "options": asdict(opts) | {"data": str(data_yaml)},
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "cpus": len(os.sched_getaffinity(0)),
+        "amp_used": opts.amp and device.type == "cuda",
+        "compile_used": opts.compile and compile_note is None,
+        "compile_note": compile_note,
+    }
+
+
+def _first_batch(dataset: Any, opts: BenchOptions) -> Any:
+    return _imp("ultralytics.data").build_dataloader(
+        dataset, opts.batch, 0, shuffle=False, rank=-1, device="cpu"
+    )
+
+
+def format_table(res: dict[str, Any]) -> str:
+    ld = res["loader"]
+    rows = [
+        ("loader, stock Ultralytics", f"{ld['stock_img_s']:.1f}", _kv(ld["stock"])),
+        ("loader, ours", f"{ld['ours_img_s']:.1f}", f"{_kv(ld['ours'])}  ({ld['speedup']:.2f}x stock)"),
+        ("train step (compute ceiling)", f"{res['step_img_s']:.1f}", f"on {res['device']}"),
+    ]
+    if res["train"]:
+        t = res["train"]
+        util = "n/a" if t["gpu_util_mean"] is None else f"{t['gpu_util_mean']:.0f}%"
+        rows.append(
+            ("real run", f"{t['img_s']:.1f}", f"GPU util {util}, data wait {t['data_wait_fraction']:.0%}")
+        )
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'measure':<{width}}  {'img/s':>8}  notes"]
+    lines += [f"{a:<{width}}  {b:>8}  {c}" for a, b, c in rows]
+    lines.append(f"bottleneck: {res['bottleneck']} ({res['bottleneck_reason']})")
+    if res["compile_note"]:
+        lines.append(f"compile: {res['compile_note']}")
+    return "\n".join(lines)
+
+
+def _kv(d: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in d.items())

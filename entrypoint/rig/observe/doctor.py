@@ -1,0 +1,383 @@
+"""`rig doctor`: find what is wrong with this training box, one check at a time, each with its fix.
+
+Gathering (rig.observe.doctor_gather) reads the world once into `Facts`; every check here is a pure function
+of those facts, so tests run them on tables of made-up machines. A check passes, warns or fails;
+`skip` marks a check that had nothing to look at (no GPU to bind, no --data, no --bench) and, like
+a warning, does not change the exit code. Any failure exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rig.launch.binding import Plan
+from rig.launch.topology import Topology, format_cpulist
+
+MIN_DRIVER = "530.30.02"  # CUDA 12.1's minimum Linux driver (CUDA 12.1 release notes, table 3)
+GIB = 1 << 30
+MIB = 1 << 20
+STACK_RECOMMENDED = 64 * MIB  # what NVIDIA's framework containers ask for (--ulimit stack=67108864)
+CAP_SYS_NICE = 23  # bit in /proc/<pid>/status Cap* masks (linux/capability.h)
+# Below this a single modern GPU outpaces the disk for YOLO at 640 px; it is a prompt to look,
+# not a measured limit of any particular GPU.
+SLOW_READ_IMG_S = 200.0
+
+TOOLKIT_FIX = (
+    "give the container GPUs: `docker run --gpus all ...`, or in compose `gpus: all` (or "
+    "deploy.resources.reservations.devices with driver: nvidia); on the host install the NVIDIA "
+    "Container Toolkit, run `sudo nvidia-ctk runtime configure --runtime=docker`, restart Docker, "
+    "and check that `nvidia-smi` works there"
+)
+
+STATUSES = ("pass", "warn", "fail", "skip")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # one of STATUSES
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class GpuFact:
+    index: int
+    name: str
+
+
+@dataclass(frozen=True)
+class DatasetFacts:
+    data: str
+    path: str | None = None  # the resolved yaml or directory; None when it was not found
+    error: str | None = None  # why it cannot be read
+    images: int = 0
+    sampled: int = 0  # files read for the speed test
+    sampled_bytes: int = 0
+    read_s: float = 0.0
+    unreadable: tuple[str, ...] = ()
+    cache_value: str | None = None  # rig.yolo.tuning's cache decision: "ram" or "False"
+    cache_reason: str = ""
+
+
+@dataclass(frozen=True)
+class Facts:
+    driver_version: str | None = None
+    nvml_error: str | None = None  # why NVML could not be used; None when it could
+    gpus: tuple[GpuFact, ...] = ()  # what NVML sees: the container's GPUs
+    requested_gpus: int | None = None
+    requested_from: str = ""
+    topology: Topology | None = None  # after CUDA_VISIBLE_DEVICES
+    topology_error: str | None = None
+    plan: Plan | None = None
+    shm_total: int = 0
+    shm_free: int = 0
+    batch: int = 16
+    imgsz: int = 640
+    shm_batches_per_worker: int = 8
+    memlock: tuple[int, int] = (-1, -1)  # soft, hard; -1 is unlimited (RLIM_INFINITY)
+    stack: tuple[int, int] = (-1, -1)
+    seccomp: int | None = None  # /proc/self/status Seccomp: 0 none, 1 strict, 2 filter
+    cap_bnd: int | None = None
+    numa_nodes: int = 1
+    dataset: DatasetFacts | None = None
+    bench: Mapping[str, Any] | None = None
+    bench_error: str | None = None
+    bench_requested: bool = False
+
+
+# ------------------------------------------------------------------------------------------- checks
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text))
+
+
+def _size(n: float) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
+
+
+def _limit(n: int) -> str:
+    return "unlimited" if n < 0 else _size(n)
+
+
+def check_driver(f: Facts) -> Check:
+    if f.driver_version is None:
+        why = f"({f.nvml_error})" if f.nvml_error else ""
+        return Check(
+            "driver",
+            "fail",
+            f"no NVIDIA driver visible in the container {why}".strip(),
+            f"install an NVIDIA driver >= {MIN_DRIVER} on the host, then give the container GPUs "
+            "(the gpus check says how)",
+        )
+    if _version(f.driver_version) < _version(MIN_DRIVER):
+        return Check(
+            "driver",
+            "fail",
+            f"driver {f.driver_version} is older than {MIN_DRIVER}, the minimum for the image's CUDA 12.1",
+            f"upgrade the host's NVIDIA driver to {MIN_DRIVER} or newer (e.g. the 535 or 550 branch)",
+        )
+    return Check("driver", "pass", f"driver {f.driver_version} (CUDA 12.1 needs >= {MIN_DRIVER})")
+
+
+def check_gpus(f: Facts) -> Check:
+    if not f.gpus:
+        why = f.nvml_error or "NVML sees 0 GPUs"
+        return Check("gpus", "fail", f"no GPU visible in the container ({why})", TOOLKIT_FIX)
+    usable = len(f.topology.gpus) if f.topology is not None else len(f.gpus)
+    names = ", ".join(sorted({g.name for g in f.gpus}))
+    seen = f"{len(f.gpus)} GPU(s) visible ({names})"
+    if usable != len(f.gpus):
+        seen += f", {usable} of them after CUDA_VISIBLE_DEVICES"
+    if f.requested_gpus is not None and usable < f.requested_gpus:
+        return Check(
+            "gpus",
+            "fail",
+            f"{f.requested_from} asks for {f.requested_gpus} GPU(s) but {seen}",
+            "start the container with the GPUs you want (`--gpus '\"device=0,1\"'`, compose device_ids "
+            "or count) and check them with `nvidia-smi -L` on the host; unset a CUDA_VISIBLE_DEVICES "
+            "that hides some",
+        )
+    if f.requested_gpus is not None and usable > f.requested_gpus:
+        return Check("gpus", "pass", f"{seen}; {f.requested_from} uses {f.requested_gpus} of them")
+    return Check("gpus", "pass", seen)
+
+
+def shm_need(f: Facts, workers_per_rank: int, nranks: int) -> int:
+    """Bytes of /dev/shm the loaders hold: every worker keeps batches in flight there (rig.yolo.tuning)."""
+    rank_batch = max(f.batch // max(nranks, 1), 1)
+    batch_bytes = rank_batch * 3 * f.imgsz * f.imgsz
+    return f.shm_batches_per_worker * batch_bytes * max(workers_per_rank, 0) * max(nranks, 1)
+
+
+def _ranks_and_cpus(f: Facts) -> tuple[int, int]:
+    if f.plan is not None and f.plan.ranks:
+        return len(f.plan.ranks), min(len(r.cpus) for r in f.plan.ranks)
+    cpus = len(f.topology.allowed_cpus) if f.topology is not None else 1
+    return 1, max(cpus, 1)
+
+
+def check_shm(f: Facts) -> Check:
+    nranks, rank_cpus = _ranks_and_cpus(f)
+    full = shm_need(f, rank_cpus, nranks)
+    one = shm_need(f, 1, nranks)
+    what = (
+        f"{rank_cpus} loader worker(s) per rank x {nranks} rank(s) at batch {f.batch}, imgsz {f.imgsz}"
+        f" need {_size(full)}"
+    )
+    fix = (
+        f"give the container a bigger /dev/shm: compose `ipc: host` or `shm_size: {math.ceil(full / GIB)}g` "
+        f"(docker run --ipc=host or --shm-size={math.ceil(full / GIB)}g)"
+    )
+    have = f"/dev/shm is {_size(f.shm_total)} ({_size(f.shm_free)} free)"
+    if f.shm_free >= full:
+        return Check("shm", "pass", f"{have}; {what}")
+    if f.shm_free < one:
+        return Check("shm", "warn", f"{have}: not enough for one loader worker; {what}", fix)
+    return Check("shm", "warn", f"{have}: rig train will run fewer loader workers; {what}", fix)
+
+
+def check_memlock(f: Facts) -> Check:
+    soft = f.memlock[0]
+    if soft < 0:
+        return Check("memlock", "pass", "locked-memory limit is unlimited")
+    return Check(
+        "memlock",
+        "warn",
+        f"locked-memory limit is {_limit(soft)}: NCCL over InfiniBand/RoCE cannot register its buffers",
+        "compose `ulimits: {memlock: -1}` (docker run --ulimit memlock=-1)",
+    )
+
+
+def check_stack(f: Facts) -> Check:
+    soft = f.stack[0]
+    if soft < 0 or soft >= STACK_RECOMMENDED:
+        return Check("stack", "pass", f"stack limit is {_limit(soft)}")
+    return Check(
+        "stack",
+        "warn",
+        f"stack limit is {_limit(soft)}, below the {_size(STACK_RECOMMENDED)} NVIDIA's containers ask for",
+        "compose `ulimits: {stack: 67108864}` (docker run --ulimit stack=67108864)",
+    )
+
+
+def check_numa(f: Facts) -> Check:
+    if f.topology is None:
+        return Check(
+            "numa", "warn", f"could not read the topology ({f.topology_error})", "run `rig plan` to see why"
+        )
+    if not f.topology.gpus or f.plan is None:
+        return Check("numa", "skip", "no GPU to bind")
+    cpus = format_cpulist(f.topology.allowed_cpus)
+    ranks = "; ".join(
+        f"rank {r.local_rank}: GPU {r.gpu_bus_id} node {r.numa_node} CPUs {format_cpulist(r.cpus)}"
+        for r in f.plan.ranks
+    )
+    if f.plan.warnings:
+        return Check("numa", "warn", f"container CPUs {cpus}; {' '.join(f.plan.warnings)}", _numa_fix(f))
+    thin = [r for r in f.plan.ranks if len(r.cpus) < 2]
+    if thin:
+        return Check(
+            "numa",
+            "warn",
+            f"container CPUs {cpus}; {len(thin)} rank(s) get one CPU, too few for loader workers: {ranks}",
+            _numa_fix(f),
+        )
+    return Check("numa", "pass", f"container CPUs {cpus}; {ranks}")
+
+
+def _numa_fix(f: Facts) -> str:
+    assert f.topology is not None
+    nodes = sorted({g.numa_node for g in f.topology.gpus if g.numa_node >= 0})
+    local = frozenset().union(*(f.topology.node_cpus.get(n, frozenset()) for n in nodes)) if nodes else None
+    want = f" (the GPUs' nodes have CPUs {format_cpulist(local)})" if local else ""
+    return f"give the container CPUs on each GPU's NUMA node{want}: docker --cpuset-cpus or compose `cpuset`"
+
+
+def check_sys_nice(f: Facts) -> Check:
+    if f.seccomp == 0:
+        return Check("cap_sys_nice", "pass", "no seccomp filter: ranks can bind memory to their NUMA node")
+    # Docker's seccomp profile allows set_mempolicy/mbind only to containers holding CAP_SYS_NICE; a
+    # non-root user's effective set is empty, so the container's bounding set is what decides.
+    if f.cap_bnd is not None and f.cap_bnd >> CAP_SYS_NICE & 1:
+        return Check("cap_sys_nice", "pass", "CAP_SYS_NICE granted: ranks can bind memory to their NUMA node")
+    if f.numa_nodes <= 1:
+        return Check(
+            "cap_sys_nice", "pass", "one NUMA node: no memory binding needed (CAP_SYS_NICE not granted)"
+        )
+    return Check(
+        "cap_sys_nice",
+        "warn",
+        f"no CAP_SYS_NICE on a {f.numa_nodes}-node machine: Docker's seccomp profile blocks memory binding, "
+        "so ranks allocate on whatever node the kernel picks",
+        "compose `cap_add: [SYS_NICE]` (docker run --cap-add SYS_NICE)",
+    )
+
+
+def check_dataset(f: Facts) -> Check:
+    d = f.dataset
+    if d is None:
+        return Check("dataset", "skip", "no --data given")
+    if d.path is None or d.error:
+        return Check(
+            "dataset",
+            "fail",
+            f"{d.data}: {d.error or 'not found'}",
+            "give --data a data yaml or image directory that exists in the container (mount it, e.g. under "
+            "/datasets) and is readable by this user",
+        )
+    if d.images == 0:
+        return Check(
+            "dataset", "fail", f"{d.path}: no images in the train split", "check the yaml's path/train keys"
+        )
+    if d.unreadable:
+        return Check(
+            "dataset",
+            "fail",
+            f"{d.path}: {len(d.unreadable)} of {d.sampled} sampled files unreadable, e.g. {d.unreadable[0]}",
+            "fix the files' permissions for this user (rig runs as uid RIG_UID; see `id`)",
+        )
+    return Check("dataset", "pass", f"{d.path}: {d.images} train images, readable")
+
+
+def check_read_speed(f: Facts) -> Check:
+    d = f.dataset
+    if d is None or d.path is None or d.error or d.sampled == 0 or d.read_s <= 0:
+        return Check("read_speed", "skip", "no readable dataset (--data)")
+    img_s, mb_s = d.sampled / d.read_s, d.sampled_bytes / MIB / d.read_s
+    detail = (
+        f"read {d.sampled} files ({_size(d.sampled_bytes)}) in {d.read_s:.2f} s: {img_s:.0f} img/s, "
+        f"{mb_s:.0f} MiB/s (files already in the page cache read faster)"
+    )
+    if img_s < SLOW_READ_IMG_S:
+        return Check(
+            "read_speed",
+            "warn",
+            detail,
+            "copy the dataset to a local SSD, or train with cache=ram (or cache=disk) so epochs after the "
+            "first do not read it again",
+        )
+    return Check("read_speed", "pass", detail)
+
+
+def check_cache_ram(f: Facts) -> Check:
+    d = f.dataset
+    if d is None or d.cache_value is None:
+        return Check("cache_ram", "skip", "no readable dataset (--data)")
+    if d.cache_value == "ram":
+        return Check("cache_ram", "pass", f"cache=ram fits: {d.cache_reason}")
+    return Check(
+        "cache_ram",
+        "warn",
+        f"cache=ram does not fit: {d.cache_reason}",
+        "use cache=disk (decoded .npy next to the images), a smaller imgsz, fewer ranks per box, or more RAM",
+    )
+
+
+def check_bench(f: Facts) -> Check:
+    if not f.bench_requested:
+        return Check("bench", "skip", "loader vs step throughput not measured; run `rig doctor --bench`")
+    if f.bench is None:
+        return Check(
+            "bench", "fail", f"rig bench failed: {f.bench_error}", "run `rig bench --quick` to see why"
+        )
+    loader = f.bench.get("loader", {})
+    ours, step = float(loader.get("ours_img_s", 0.0)), float(f.bench.get("step_img_s", 0.0))
+    bottleneck = str(f.bench.get("bottleneck", "loader" if ours < step else "compute"))
+    why = f.bench.get("bottleneck_reason")
+    detail = f"loader {ours:.3g} img/s, train step {step:.3g} img/s: the bottleneck is {bottleneck}"
+    if why and "img/s" not in why:  # the bench's own reason, when it is more than these two numbers
+        detail += f" ({why})"
+    if bottleneck == "loader":
+        return Check(
+            "bench",
+            "warn",
+            detail,
+            "give each GPU more CPUs (cpuset on its NUMA node), train with cache=ram, or lighten "
+            "augmentation; the GPU idles while it waits for data",
+        )
+    return Check("bench", "pass", detail)
+
+
+CHECKS: tuple[Callable[[Facts], Check], ...] = (
+    check_driver,
+    check_gpus,
+    check_shm,
+    check_memlock,
+    check_stack,
+    check_numa,
+    check_sys_nice,
+    check_dataset,
+    check_read_speed,
+    check_cache_ram,
+    check_bench,
+)
+
+
+def run_checks(facts: Facts) -> list[Check]:
+    return [check(facts) for check in CHECKS]
+
+
+def exit_code(checks: Sequence[Check]) -> int:
+    return 1 if any(c.status == "fail" for c in checks) else 0
+
+
+# ---------------------------------------------------------------------------------------- rendering
+def render_text(checks: Sequence[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
+        if c.fix and c.status in ("warn", "fail"):
+            lines.append(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
+    counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
+    lines.append("rig doctor: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    return "\n".join(lines)
+
+
+def render_json(checks: Sequence[Check]) -> str:
+    return json.dumps({"ok": exit_code(checks) == 0, "checks": [asdict(c) for c in checks]}, indent=2)

@@ -1,0 +1,261 @@
+"""Discovery for `rig doctor`: read the box once into `doctor.Facts`.
+
+Everything is read through `root` (/proc, /sys, /dev/shm, /datasets), so tests point it at a fake
+tree; NVML is an injectable module. Each probe that fails becomes a fact (an error string), never
+an exception: the doctor must report on a broken box, not crash on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rig.errors import RigError
+from rig.launch.binding import make_plan
+from rig.launch.topology import read_topology
+from rig.observe.doctor import DatasetFacts, Facts, GpuFact
+from rig.observe.nvml import Nvml, describe_error
+from rig.yolo import tuning
+
+SAMPLE_FILES = 256
+SAMPLE_BYTES = 256 << 20
+SAMPLE_SECONDS = 10.0
+
+
+def driver_from_proc(root: Path) -> str | None:
+    """The kernel module's version, e.g. 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15 ...'."""
+    try:
+        text = (root / "proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    m = re.search(r"NVRM version:.*?\s(\d{3,}\.\d+(?:\.\d+)?)\s", text)
+    return m.group(1) if m else None
+
+
+def read_limits(root: Path) -> dict[str, tuple[int, int]]:
+    """/proc/self/limits rows as (soft, hard) bytes, -1 for unlimited."""
+    out: dict[str, tuple[int, int]] = {}
+    try:
+        text = (root / "proc/self/limits").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines()[1:]:
+        m = re.match(r"^(.*?)\s{2,}(\S+)\s+(\S+)", line)
+        if not m:
+            continue
+
+        def value(v: str) -> int:
+            return -1 if v == "unlimited" else int(v)
+
+        with contextlib.suppress(ValueError):
+            out[m.group(1).strip()] = (value(m.group(2)), value(m.group(3)))
+    return out
+
+
+def read_status(root: Path) -> dict[str, str]:
+    try:
+        text = (root / "proc/self/status").read_text()
+    except OSError:
+        return {}
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
+
+
+def requested_gpus(gpus: str | None, environ: Mapping[str, str]) -> tuple[int | None, str]:
+    """How many GPUs were asked for: --gpus as `rig train` takes it (N, all, or ids 0,2), else the
+    toolkit's NVIDIA_VISIBLE_DEVICES list; None when nothing narrower than 'all' was asked."""
+    if gpus is not None and gpus.strip() != "all":
+        text = gpus.strip()
+        if text.isdigit():
+            return int(text), f"--gpus {text}"
+        ids = [g for g in text.split(",") if g.strip()]
+        if not ids or not all(g.strip().isdigit() for g in ids):
+            raise RigError(f"--gpus {gpus!r}: give a count (2), 'all', or GPU ids like 0,2")
+        return len(ids), f"--gpus {text}"
+    visible = environ.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+    if visible and visible not in ("all", "void", "none"):
+        return len([v for v in visible.split(",") if v.strip()]), f"NVIDIA_VISIBLE_DEVICES={visible}"
+    return None, ""
+
+
+def _hex(value: str | None) -> int | None:
+    try:
+        return int(value, 16) if value else None
+    except ValueError:
+        return None
+
+
+def gather(
+    *,
+    root: Path = Path("/"),
+    environ: Mapping[str, str] | None = None,
+    nvml_module: Any | None = None,
+    data: str | None = None,
+    bench: bool = False,
+    gpus: str | None = None,
+    batch: int = 16,
+    imgsz: int = 640,
+) -> Facts:
+    env = os.environ if environ is None else environ
+    nvml, state = Nvml.open(nvml_module)
+    driver, gpu_facts, nvml_error = None, [], None if nvml is not None else state
+    if nvml is not None:
+        try:
+            driver = nvml.driver_version()
+            gpu_facts = [GpuFact(g.index, g.name) for g in nvml.gpus()]
+        except Exception as e:  # a GPU fell off the bus, a driver/library mismatch...
+            nvml_error = f"NVML error ({describe_error(e)})"
+        finally:
+            nvml.close()
+    if driver is None:
+        driver = driver_from_proc(root)
+
+    requested, requested_from = requested_gpus(gpus, env)
+    topology, topology_error, plan = None, None, None
+    try:
+        topology = read_topology(root, environ=env)
+        if topology.gpus:
+            nranks = min(requested or len(topology.gpus), len(topology.gpus))
+            plan = make_plan(topology, nranks)
+    except RigError as e:
+        topology_error = str(e)
+    except Exception as e:  # sparse or odd sysfs (VMs, gVisor): report it, keep checking the rest
+        topology_error = describe_error(e)
+
+    limits = read_limits(root)
+    status = read_status(root)
+    seccomp = status.get("Seccomp")
+    shm_total, shm_free = tuning.shm_bytes(root)
+    numa_nodes = len(topology.node_cpus) if topology is not None and topology.node_cpus else 1
+    nranks = len(plan.ranks) if plan is not None else 1
+    rank_cpus = min((len(r.cpus) for r in plan.ranks), default=1) if plan is not None else 1
+
+    dataset = (
+        gather_dataset(data, root, batch=batch, imgsz=imgsz, nranks=nranks, rank_cpus=rank_cpus)
+        if data
+        else None
+    )
+    bench_result, bench_error = run_bench(data, batch=batch, imgsz=imgsz) if bench else (None, None)
+    return Facts(
+        driver_version=driver,
+        nvml_error=nvml_error,
+        gpus=tuple(gpu_facts),
+        requested_gpus=requested,
+        requested_from=requested_from,
+        topology=topology,
+        topology_error=topology_error,
+        plan=plan,
+        shm_total=shm_total,
+        shm_free=shm_free,
+        batch=batch,
+        imgsz=imgsz,
+        shm_batches_per_worker=tuning.SHM_BATCHES_PER_WORKER,
+        memlock=limits.get("Max locked memory", (-1, -1)),
+        stack=limits.get("Max stack size", (-1, -1)),
+        seccomp=int(seccomp) if seccomp and seccomp.isdigit() else None,
+        cap_bnd=_hex(status.get("CapBnd")),
+        numa_nodes=numa_nodes,
+        dataset=dataset,
+        bench=bench_result,
+        bench_error=bench_error,
+        bench_requested=bench,
+    )
+
+
+# ------------------------------------------------------------------------------------------ dataset
+def _resolve(data: str, root: Path) -> Path | None:
+    p = Path(data)
+    candidates = [p] if p.is_absolute() else [p, root / "datasets" / p]
+    return next((c for c in candidates if c.exists()), None)
+
+
+def train_images(path: Path, root: Path) -> list[Path]:
+    """The train split's image files, resolved as Ultralytics does; raises OSError/ValueError."""
+    if path.is_dir():
+        return tuning.images_in(path)
+    spec = yaml.safe_load(path.read_text())
+    if not isinstance(spec, dict) or "train" not in spec:
+        raise ValueError("not an Ultralytics data yaml (no `train:` key)")
+    base = Path(str(spec.get("path") or path.parent))
+    if not base.is_absolute():
+        base = root / "datasets" / base if not (path.parent / base).exists() else path.parent / base
+    train = spec["train"]
+    images: list[Path] = []
+    for entry in train if isinstance(train, list) else [train]:
+        e = Path(str(entry))
+        e = e if e.is_absolute() else base / e
+        if not e.exists():
+            raise ValueError(f"train split {e} does not exist")
+        images += tuning.images_in(e)
+    return images
+
+
+def read_sample(images: list[Path]) -> tuple[int, int, float, tuple[str, ...]]:
+    """Read an even spread of the files once: (files read, bytes, seconds, unreadable files)."""
+    step = max(len(images) // SAMPLE_FILES, 1)
+    sample = images[::step][:SAMPLE_FILES]
+    n, size, bad = 0, 0, []
+    start = time.perf_counter()
+    for p in sample:
+        try:
+            with p.open("rb", buffering=0) as f:
+                while chunk := f.read(1 << 20):
+                    size += len(chunk)
+            n += 1
+        except OSError:
+            bad.append(str(p))
+        if size >= SAMPLE_BYTES or time.perf_counter() - start > SAMPLE_SECONDS:
+            break
+    return n, size, time.perf_counter() - start, tuple(bad)
+
+
+def gather_dataset(
+    data: str, root: Path, *, batch: int, imgsz: int, nranks: int, rank_cpus: int
+) -> DatasetFacts:
+    path = _resolve(data, root)
+    if path is None:
+        return DatasetFacts(
+            data, error=f"not found (looked in the working directory and {root / 'datasets'})"
+        )
+    try:
+        images = train_images(path, root)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        return DatasetFacts(data, path=str(path), error=str(e))
+    n, size, seconds, bad = read_sample(images)
+    decisions = tuning.decide(
+        user_args={"batch": str(batch), "imgsz": str(imgsz)},
+        train_images=len(images) or None,
+        resources=tuning.read_resources(root),
+        rank_cpus=rank_cpus,
+        nranks=nranks,
+    )
+    cache = next((d for d in decisions if d.key == "cache"), None)
+    return DatasetFacts(
+        data,
+        path=str(path),
+        images=len(images),
+        sampled=n,
+        sampled_bytes=size,
+        read_s=seconds,
+        unreadable=bad,
+        cache_value=cache.value if cache else None,
+        cache_reason=cache.reason if cache else "",
+    )
+
+
+# -------------------------------------------------------------------------------------------- bench
+def run_bench(data: str | None, *, batch: int, imgsz: int) -> tuple[Mapping[str, Any] | None, str | None]:
+    """`rig bench --quick` on the user's data (or its generated shapes): loader vs train step."""
+    try:
+        bench: Any = importlib.import_module("rig.observe.bench")  # imports torch: only with --bench
+        result = bench.run_bench(bench.BenchOptions(data=data, quick=True, batch=batch, imgsz=imgsz))
+    except Exception as e:  # a broken bench is a failed check, not a crashed doctor
+        return None, describe_error(e)
+    return result, None

@@ -1,0 +1,113 @@
+"""NVML, the NVIDIA driver's management library, for telemetry and `rig doctor`.
+
+pynvml (nvidia-ml-py) is imported on first use, and the module is injectable: tests pass a fake
+with the same functions, so neither a GPU nor the package is needed on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+GPU_FIELDS: tuple[str, ...] = (
+    "util_pct",
+    "mem_used_mib",
+    "power_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    uuid: str
+
+
+class Nvml:
+    """The few NVML reads telemetry and `rig doctor` need, over an injectable pynvml-like module."""
+
+    def __init__(self, module: Any) -> None:
+        self.m = module
+        self._handles: dict[int, Any] = {}
+
+    @classmethod
+    def open(cls, module: Any | None = None) -> tuple[Nvml | None, str]:
+        """Initialise NVML; (None, why) when there is no library, no driver or no GPU."""
+        try:
+            m = module if module is not None else _import_pynvml()
+            m.nvmlInit()
+        except Exception as e:  # pynvml raises NVMLError_* subclasses; ImportError without the package
+            return None, f"NVML unavailable ({describe_error(e)})"
+        return cls(m), "ok"
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.m.nvmlShutdown()
+
+    def driver_version(self) -> str:
+        return _text(self.m.nvmlSystemGetDriverVersion())
+
+    def gpus(self) -> list[GpuInfo]:
+        out = []
+        for index in range(int(self.m.nvmlDeviceGetCount())):
+            handle = self.m.nvmlDeviceGetHandleByIndex(index)
+            self._handles[index] = handle
+            out.append(
+                GpuInfo(
+                    index, _text(self.m.nvmlDeviceGetName(handle)), _text(self.m.nvmlDeviceGetUUID(handle))
+                )
+            )
+        return out
+
+    def read(self, index: int) -> tuple[dict[str, float | None], list[str]]:
+        """One sample of every GPU field; a field NVML cannot read is None, its error returned."""
+        h = self._handle(index)
+        m = self.m
+        readers: dict[str, Callable[[], float]] = {
+            "util_pct": lambda: float(m.nvmlDeviceGetUtilizationRates(h).gpu),
+            "mem_used_mib": lambda: float(m.nvmlDeviceGetMemoryInfo(h).used) / 2**20,
+            "power_w": lambda: float(m.nvmlDeviceGetPowerUsage(h)) / 1000.0,
+            "temp_c": lambda: float(m.nvmlDeviceGetTemperature(h, m.NVML_TEMPERATURE_GPU)),
+            "sm_clock_mhz": lambda: float(m.nvmlDeviceGetClockInfo(h, m.NVML_CLOCK_SM)),
+            "mem_clock_mhz": lambda: float(m.nvmlDeviceGetClockInfo(h, m.NVML_CLOCK_MEM)),
+        }
+        values: dict[str, float | None] = {}
+        errors: list[str] = []
+        for name, read in readers.items():
+            try:
+                values[name] = read()
+            except Exception as e:  # NotSupported on some boards, GpuIsLost, a driver reload...
+                values[name] = None
+                if not _not_supported(m, e):
+                    errors.append(f"{name}: {describe_error(e)}")
+        return values, errors
+
+    def _handle(self, index: int) -> Any:
+        if index not in self._handles:
+            self._handles[index] = self.m.nvmlDeviceGetHandleByIndex(index)
+        return self._handles[index]
+
+
+def _import_pynvml() -> ModuleType:
+    # nvidia-ml-py, imported on use so `rig` stays importable without it.
+    return importlib.import_module("pynvml")
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def describe_error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def _not_supported(module: Any, e: Exception) -> bool:
+    code = getattr(module, "NVML_ERROR_NOT_SUPPORTED", None)
+    return code is not None and getattr(e, "value", None) == code

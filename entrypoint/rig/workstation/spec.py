@@ -1,0 +1,19 @@
+"""What the supervisor runs: a service as a value (argv, port, environment, user), nothing more."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rig.workstation.users import Ids
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    name: str
+    argv: tuple[str, ...]
+    port: int  # it is RUNNING once this port accepts connections on 127.0.0.1
+    env: Mapping[str, str] = field(default_factory=dict)
+    ids: Ids | None = None  # None: stays root (a service that drops privileges itself, like sshd)
+    cwd: Path = Path("/")

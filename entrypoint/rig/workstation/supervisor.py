@@ -1,0 +1,284 @@
+"""A small process supervisor: start services, restart a crashed one (bounded, with backoff), stop all.
+
+Vocabulary from supervisord (STARTING, RUNNING, BACKOFF, FATAL); stopping as gunicorn does it:
+TERM to every service, a deadline, KILL, reap. Signal handlers only put the signal on a queue
+(`queue.SimpleQueue.put` is reentrant, safe in a handler); the loop acts on it, and tests inject
+into the same queue instead of sending real signals. The transitions are pure functions below.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import logging
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from rig import log
+from rig.workstation.spec import ServiceSpec
+
+_logger = log.get("serve")
+TICK = 0.2
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class State(enum.Enum):
+    STARTING = "starting"  # spawned, its port does not answer yet
+    RUNNING = "running"
+    BACKOFF = "backoff"  # exited; waits `retry_at` before the next start
+    FATAL = "fatal"  # failed too often in a row; left alone until the container restarts
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_failures: int = 5  # consecutive failures before FATAL
+    backoff_base: float = 1.0  # first retry after 1 s, then 2, 4, 8... up to backoff_cap
+    backoff_cap: float = 30.0
+    stable_after: float = 60.0  # this long RUNNING and the failure count starts over
+    start_timeout: float = 120.0  # STARTING this long without answering counts as a failure
+    stop_timeout: float = 10.0  # TERM, then KILL after this
+
+
+@dataclass(frozen=True)
+class Status:
+    state: State
+    since: float
+    failures: int = 0
+    retry_at: float = 0.0
+
+
+def after_exit(status: Status, now: float, policy: Policy) -> Status:
+    """BACKOFF with a growing delay, or FATAL once the service has failed too often in a row."""
+    stable = status.state is State.RUNNING and now - status.since >= policy.stable_after
+    failures = (0 if stable else status.failures) + 1
+    if failures >= policy.max_failures:
+        return Status(State.FATAL, now, failures)
+    delay = min(policy.backoff_cap, policy.backoff_base * 2 ** (failures - 1))
+    return Status(State.BACKOFF, now, failures, now + delay)
+
+
+def classify(line: str) -> tuple[int, str]:
+    """The level of one line a service printed, and the line without its own timestamp."""
+    m = _JUPYTER.match(line)
+    if m:
+        text = f"{m['app']}: {m['msg']}" if m["app"] else m["msg"]
+        return _LETTER_LEVELS.get(m["level"], logging.INFO), text
+    m = _ABSL.match(line)
+    if m:
+        return _LETTER_LEVELS.get(m["level"], logging.INFO), m["msg"]
+    lowered = line.lower()
+    if lowered.startswith(("error:", "fatal:", "traceback (most recent call last)")):
+        return logging.ERROR, line
+    if lowered.startswith("warning:") or re.search(r"\b\w+Warning: ", line):
+        return logging.WARNING, line
+    return logging.INFO, line
+
+
+# Jupyter: "[W 2026-11-29 14:00:00.123 ServerApp] message"; absl (TensorBoard): "W1129 14:00:00.1 f.py:1] m".
+_JUPYTER = re.compile(r"^\[(?P<level>[DIWEC]) [\d\- :.]+(?: (?P<app>[\w.]+))?\] (?P<msg>.*)$")
+_ABSL = re.compile(r"^(?P<level>[DIWEF])\d{4} [\d:.]+\s+(?:\d+\s+)?\S+\] (?P<msg>.*)$")
+_LETTER_LEVELS = {"D": logging.DEBUG, "I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR}
+_LETTER_LEVELS.update(C=logging.CRITICAL, F=logging.CRITICAL)
+
+
+def listening(port: int, proc_root: Path = Path("/proc")) -> bool:
+    """Whether a TCP socket listens on `port`, read from /proc/net/tcp{,6}.
+
+    Connecting would do too, but sshd logs every probe connection as an aborted login.
+    """
+    for table in ("net/tcp", "net/tcp6"):
+        try:
+            rows = (proc_root / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local_address is HEXIP:HEXPORT; state 0A is LISTEN.
+            if len(fields) > 3 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
+
+
+def spawn(spec: ServiceSpec) -> subprocess.Popen[bytes]:
+    """Start a service in its own process group (so TERM/KILL reach its children too)."""
+    return subprocess.Popen(
+        list(spec.argv),
+        env=dict(spec.env) or None,
+        cwd=spec.cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        user=spec.ids.uid if spec.ids else None,
+        group=spec.ids.gid if spec.ids else None,
+        extra_groups=[] if spec.ids else None,
+    )
+
+
+def _pump(stream: IO[bytes], logger: logging.Logger) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace").rstrip()
+        if line:
+            level, text = classify(line)
+            logger.log(level, "%s", text)
+    stream.close()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def install_signal_handlers(events: queue.SimpleQueue[int]) -> None:
+    """Handlers only queue the signal; SIGCHLD just wakes the loop early."""
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        events.put(signum)
+
+    for sig in (*STOP_SIGNALS, signal.SIGCHLD):
+        signal.signal(sig, on_signal)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        specs: Sequence[ServiceSpec],
+        *,
+        events: queue.SimpleQueue[int] | None = None,
+        policy: Policy = Policy(),
+        state_file: Path | None = None,
+        probe: Callable[[int], bool] = listening,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.specs = {s.name: s for s in specs}
+        self.events: queue.SimpleQueue[int] = events if events is not None else queue.SimpleQueue()
+        self.policy = policy
+        self.state_file = state_file
+        self.probe = probe
+        self.clock = clock
+        self.status = {name: Status(State.STOPPED, clock()) for name in self.specs}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.pumps: list[threading.Thread] = []
+
+    def run(self) -> int:
+        """Supervise until a stop signal; 0 after a clean stop, 1 when every service is FATAL."""
+        for name in self.specs:
+            self._start(name)
+        while True:
+            with contextlib.suppress(queue.Empty):
+                if self.events.get(timeout=TICK) in STOP_SIGNALS:
+                    return self.stop()
+            self._tick()
+            if all(s.state is State.FATAL for s in self.status.values()):
+                _logger.error("every service failed; exiting (see the lines above for why)")
+                self.stop()
+                return 1
+
+    def _set(self, name: str, status: Status) -> None:
+        self.status[name] = status
+        self._write_state()
+
+    def _start(self, name: str) -> None:
+        spec = self.specs[name]
+        logger = log.get(name)
+        try:
+            proc = spawn(spec)
+        except OSError as e:
+            logger.error("cannot start %s: %s", spec.argv[0], e)
+            self._set(name, after_exit(self.status[name], self.clock(), self.policy))
+            return
+        self.procs[name] = proc
+        assert proc.stdout is not None
+        pump = threading.Thread(target=_pump, args=(proc.stdout, logger), name=f"log-{name}", daemon=True)
+        pump.start()
+        self.pumps.append(pump)
+        self._set(name, replace(self.status[name], state=State.STARTING, since=self.clock()))
+
+    def _tick(self) -> None:
+        now = self.clock()
+        for name, status in self.status.items():
+            logger = log.get(name)
+            proc = self.procs.get(name)
+            if proc is not None and proc.poll() is not None:
+                del self.procs[name]
+                _signal_group(proc.pid, signal.SIGKILL)  # leftovers of the dead service's group
+                new = after_exit(status, now, self.policy)
+                self._set(name, new)
+                how = (
+                    f"killed by signal {-proc.returncode}"
+                    if proc.returncode < 0
+                    else f"code {proc.returncode}"
+                )
+                if new.state is State.FATAL:
+                    logger.error("exited (%s), %d failures in a row: giving up (FATAL)", how, new.failures)
+                else:
+                    logger.warning("exited (%s); restarting in %.0f s", how, new.retry_at - now)
+            elif status.state is State.STARTING and proc is not None:
+                if self.probe(self.specs[name].port):
+                    self._set(name, replace(status, state=State.RUNNING, since=now))
+                    logger.info("running on port %d (pid %d)", self.specs[name].port, proc.pid)
+                elif now - status.since > self.policy.start_timeout:
+                    logger.error(
+                        "no answer on port %d after %.0f s; killing it",
+                        self.specs[name].port,
+                        now - status.since,
+                    )
+                    _signal_group(proc.pid, signal.SIGKILL)
+            elif status.state is State.BACKOFF and now >= status.retry_at:
+                self._start(name)
+
+    def stop(self) -> int:
+        """TERM every service, wait up to the deadline, KILL what is left, reap everything."""
+        live = dict(self.procs)
+        if live:
+            _logger.info("stopping %s", ", ".join(live))
+        for proc in live.values():
+            _signal_group(proc.pid, signal.SIGTERM)
+        deadline = self.clock() + self.policy.stop_timeout
+        while any(p.poll() is None for p in live.values()) and self.clock() < deadline:
+            with contextlib.suppress(queue.Empty):
+                if self.events.get(timeout=TICK) in (signal.SIGINT, signal.SIGTERM):
+                    break  # asked twice: do not wait any longer
+        for name, proc in live.items():
+            if proc.poll() is None:
+                _logger.warning("%s did not stop within %.0f s; killing it", name, self.policy.stop_timeout)
+            _signal_group(proc.pid, signal.SIGKILL)  # the group too: children that ignored TERM
+            proc.wait()
+        for pump in self.pumps:
+            pump.join(timeout=1)
+        self.procs.clear()
+        for name in self.status:
+            if self.status[name].state is not State.FATAL:
+                self.status[name] = Status(State.STOPPED, self.clock())
+        self._write_state()
+        _logger.info("stopped")
+        return 0
+
+    def _write_state(self) -> None:
+        if self.state_file is None:
+            return
+        data = {
+            name: {
+                "state": s.state.value,
+                "pid": self.procs[name].pid if name in self.procs else None,
+                "port": self.specs[name].port,
+                "failures": s.failures,
+            }
+            for name, s in self.status.items()
+        }
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, self.state_file)

@@ -1,0 +1,171 @@
+"""The workstation under test: a compose project with its own ports, SSH key and volumes, and its clients."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.helpers import REPO
+from tests.helpers.containers import IMAGE, free_port
+from tests.helpers.waiting import wait_until
+
+
+@dataclass
+class Workstation:
+    project: str
+    tmp: Path
+    key: Path
+    env: dict[str, str]
+    started_at: float = 0.0
+    ready_after: float = 0.0
+    overrides: list[Path] = field(default_factory=list)
+
+    @property
+    def ssh_port(self) -> int:
+        return int(self.env["SSH_PORT"])
+
+    @property
+    def jupyter(self) -> str:
+        return f"http://127.0.0.1:{self.env['JUPYTER_PORT']}"
+
+    def compose(
+        self, *args: str, timeout: int = 120, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        files = ["-f", str(REPO / "compose.yaml"), "-f", str(REPO / "compose.cpu.yaml")]
+        for o in self.overrides:
+            files += ["-f", str(o)]
+        return subprocess.run(
+            ["docker", "compose", "-p", self.project, *files, *args],
+            env={**os.environ, **self.env},
+            cwd=REPO,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+        )
+
+    def exec(self, script: str, timeout: int = 60) -> str:
+        return self.compose("exec", "-T", "workstation", "timeout", str(timeout), "bash", "-c", script).stdout
+
+    def logs(self) -> str:
+        # `docker logs`, not `compose logs`: the latter decorates lines with terminal escapes.
+        cid = self.compose("ps", "-a", "-q", "workstation").stdout.strip()
+        out = subprocess.run(["docker", "logs", cid], capture_output=True, text=True, timeout=30, check=True)
+        return out.stdout + out.stderr
+
+    def ssh_argv(self, user: str = "yolo", password: bool = False) -> list[str]:
+        argv = ["ssh", "-p", str(self.ssh_port), "-o", "StrictHostKeyChecking=no", "-o", "LogLevel=ERROR"]
+        argv += ["-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5"]
+        if password:
+            argv += ["-o", "PreferredAuthentications=password", "-o", "PubkeyAuthentication=no"]
+            argv += ["-o", "NumberOfPasswordPrompts=1"]
+        else:
+            argv += ["-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-i", str(self.key)]
+        return [*argv, f"{user}@127.0.0.1"]
+
+    def ssh(
+        self, command: str, user: str = "yolo", password: str | None = None, timeout: int = 30
+    ) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ)
+        if password is not None:
+            # OpenSSH >= 8.4 reads the password from SSH_ASKPASS when forced: no sshpass needed.
+            askpass = self.tmp / "askpass.sh"
+            askpass.write_text('#!/bin/sh\nprintf "%s\\n" "$RIG_TEST_PASSWORD"\n')
+            askpass.chmod(0o700)
+            env.update(SSH_ASKPASS=str(askpass), SSH_ASKPASS_REQUIRE="force", RIG_TEST_PASSWORD=password)
+        return subprocess.run(
+            [*self.ssh_argv(user, password is not None), command],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def token(self) -> str:
+        return self.exec("cat /var/lib/rig/jupyter_token").strip()
+
+    def services(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.exec("cat /run/rig/services.json"))
+        return data
+
+    def host_key(self) -> str:
+        out = subprocess.run(
+            ["ssh-keyscan", "-p", str(self.ssh_port), "-t", "ed25519", "127.0.0.1"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=True,
+        ).stdout
+        return out.split()[-1]
+
+    def answers(self) -> bool:
+        if self.ssh("true", timeout=10).returncode != 0:
+            return False
+        return requests.get(f"{self.jupyter}/api", timeout=2).status_code == 200
+
+
+def start(project_prefix: str, tmp: Path, **env: str) -> Workstation:
+    if shutil.which("ssh") is None or shutil.which("docker") is None:
+        pytest.skip("needs the OpenSSH client and docker")
+    key = tmp / "id_ed25519"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    ws = Workstation(
+        project=f"{project_prefix}-{uuid.uuid4().hex[:8]}",
+        tmp=tmp,
+        key=key,
+        env={
+            "IMAGE": IMAGE,
+            "SSH_PUBLIC_KEY": key.with_suffix(".pub").read_text().strip(),
+            "SSH_PORT": str(free_port()),
+            "JUPYTER_PORT": str(free_port()),
+            **env,
+        },
+    )
+    return ws
+
+
+def up(ws: Workstation) -> None:
+    ws.started_at = time.monotonic()
+    ws.compose("up", "-d")
+    wait_until(ws.answers, timeout=90, interval=0.2)
+    ws.ready_after = time.monotonic() - ws.started_at
+
+
+TERMINAL_CLIENT = r"""
+import json, re
+from tornado import ioloop, websocket, httpclient
+token = open('/var/lib/rig/jupyter_token').read().strip()
+async def main():
+    http = httpclient.AsyncHTTPClient()
+    r = await http.fetch('http://127.0.0.1:8888/api/terminals', method='POST', body='{}',
+                         headers={'Authorization': 'token ' + token})
+    name = json.loads(r.body)['name']
+    ws = await websocket.websocket_connect(f'ws://127.0.0.1:8888/terminals/websocket/{name}?token={token}')
+    # The terminal echoes what is typed: R""ESULT only reads RESULT in the command's output.
+    probe = 'echo "R""ESULT@@$(command -v python)@@$NVIDIA_VISIBLE_DEVICES@@$RIG_QUOTES@@$(id -un)@@"'
+    ws.write_message(json.dumps(['stdin', probe + '\r']))
+    out = ''
+    while not re.search(r'RESULT@@.*@@\r?\n', out):
+        msg = await ws.read_message()
+        if msg is None:
+            break
+        kind, *data = json.loads(msg)
+        if kind == 'stdout':
+            out += data[0]
+    print(out)
+ioloop.IOLoop.current().run_sync(main, timeout=30)
+"""

@@ -1,0 +1,108 @@
+"""`rig export` in the image: a one-epoch model exported and checked against PyTorch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.image
+
+# Inside the image: the comparison flags an error of 1 % of a channel's scale and passes round-off.
+COMPARE_CHECK = """
+import numpy as np
+from rig.yolo.export import compare
+ref = np.zeros((1, 6, 84), dtype=np.float32)
+ref[:, :4] = 640.0 * np.random.default_rng(0).random((1, 4, 84))
+ref[:, 4:] = np.random.default_rng(1).random((1, 2, 84))
+ok = compare([(ref, ref + 1e-4)], images=1)
+assert ok.within(1e-3), ok
+boxes_off = ref.copy(); boxes_off[0, 0, 0] += 6.4  # 1 % of 640 px
+assert not compare([(ref, boxes_off)], images=1).within(1e-3)
+scores_off = ref.copy(); scores_off[0, 5, 3] += 0.01  # a score off by 0.01
+bad = compare([(ref, scores_off)], images=1)
+assert not bad.within(1e-3) and abs(bad.max_abs - 0.01) < 1e-6, bad
+nan = ref.copy(); nan[0, 0, 0] = np.nan
+assert not compare([(ref, nan)], images=1).within(1e-3)
+print("COMPARE OK")
+"""
+
+
+def test_export_check_on_a_one_epoch_model(containers: Any, image: str, tmp_path: Path) -> None:
+    # The run lands in a host folder, so `make export` can use the weights afterwards.
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    runs.chmod(0o777)
+    box = containers.run(
+        ["sleep", "infinity"],
+        network_mode="none",
+        shm_size="1g",
+        mem_limit="6g",
+        volumes={str(runs): {"bind": "/tmp/runs", "mode": "rw"}},
+    )
+
+    def sh(cmd: str, timeout: int) -> tuple[int, str]:
+        return containers.exec(box, cmd, timeout=timeout, user="yolo")
+
+    rc, out = sh("python -c '" + COMPARE_CHECK.replace("'", '"') + "'", 60)
+    assert rc == 0 and "COMPARE OK" in out, out
+
+    rc, out = sh("head -c 4096 /dev/urandom > /tmp/broken.pt && rig export /tmp/broken.pt", 60)
+    assert rc == 1 and out.strip().splitlines()[-1].startswith("ERROR rig: cannot load /tmp/broken.pt"), out
+
+    rc, out = sh("rig demo-data /datasets/demo --train 16 --val 4 --imgsz 128", 60)
+    assert rc == 0, out
+    rc, out = sh(
+        "yolo train model=yolo11n.yaml data=/datasets/demo/data.yaml epochs=1 imgsz=64 batch=8 "
+        "device=cpu workers=0 plots=False project=/tmp/runs name=one exist_ok=True",
+        300,
+    )
+    weights = "/tmp/runs/one/weights/best.pt"
+    assert rc == 0, out[-4000:]
+
+    rc, out = sh(f"rig export {weights}", 180)
+    assert rc == 0, out[-4000:]
+    assert out.strip().splitlines()[-1] == "/tmp/runs/one/weights/best.onnx"
+    summary = [line for line in out.splitlines() if line.startswith("INFO export: ")]
+    assert len(summary) == 1 and "largest |difference|" in summary[0], out[-2000:]
+    assert "on 4 images at 64x64" in summary[0]  # the demo's val images, at the trained size
+
+    # The failure path, end to end: no float32 export matches to 1e-12, so this bound must fail,
+    # say so in one line and leave no .onnx behind.
+    rc, out = sh(f"rig export {weights} --rtol 1e-12", 180)
+    assert rc == 1, out[-4000:]
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("ERROR rig: export check failed: best.onnx vs PyTorch"), last
+    assert not (runs / "one" / "weights" / "best.onnx").exists()
+
+    # `make export` on a host file: the workstation service (CPU overlay) with the file's folder
+    # mounted. A fresh datasets volume has no demo images, so the check uses Ultralytics' own.
+    name, tag = image.rsplit(":", 1)
+    project = f"rig-test-export-{tmp_path.name[-12:].lower().replace('_', '-')}"
+    env = {**os.environ, "COMPOSE_PROJECT_NAME": project}
+    host_weights = runs / "one" / "weights" / "best.pt"
+    try:
+        proc = subprocess.run(
+            ["make", "export", f"WEIGHTS={host_weights}", f"IMAGE={name}", f"TAG={tag}"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        subprocess.run(
+            ["docker", "compose", "-p", project, "down", "--volumes", "--remove-orphans"],
+            cwd=REPO,
+            capture_output=True,
+            timeout=120,
+        )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "INFO export: best.onnx vs PyTorch on 2 images at 64x64" in output, output[-2000:]
+    assert (runs / "one" / "weights" / "best.onnx").is_file()

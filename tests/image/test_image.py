@@ -1,0 +1,302 @@
+"""The image itself: locked versions, CUDA stack, slim runtime, offline training."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import REPO, SCRIPTS
+from tests.helpers.containers import Containers
+
+pytestmark = pytest.mark.image
+
+
+def locked_versions() -> dict[str, str]:
+    """Every locked package (the first version where the lock holds several), for label checks."""
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
+    versions: dict[str, str] = {}
+    for p in lock["package"]:
+        versions.setdefault(p["name"], p["version"])
+    return versions
+
+
+def locked_runtime(environment: dict[str, str]) -> dict[str, str]:
+    """The packages uv.lock installs for yolo-rig's runtime dependencies in this marker environment.
+
+    Walks the lock from the project's main dependencies (not its dev group), evaluating markers and
+    extras the way an installer does, so the expectation is computed independently of the build.
+    """
+    from packaging.markers import Marker
+
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
+    by_key = {(p["name"], p["version"]): p for p in lock["package"]}
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for p in lock["package"]:
+        by_name.setdefault(p["name"], []).append(p)
+
+    def applies(dep: dict[str, Any]) -> bool:
+        return "marker" not in dep or Marker(dep["marker"]).evaluate(environment)
+
+    def resolve(dep: dict[str, Any]) -> dict[str, Any]:
+        if "version" in dep:
+            return by_key[(dep["name"], dep["version"])]
+        (only,) = by_name[dep["name"]]
+        return only
+
+    wanted: dict[str, str] = {}
+    seen_extras: set[tuple[str, str]] = set()
+    queue = [(d, d.get("extra", [])) for d in by_name["yolo-rig"][0]["dependencies"] if applies(d)]
+    while queue:
+        dep, extras = queue.pop()
+        package = resolve(dep)
+        new_extras = [e for e in extras if (package["name"], e) not in seen_extras]
+        if package["name"] in wanted and not new_extras:
+            continue
+        wanted[package["name"]] = package["version"]
+        deps = list(package.get("dependencies", []))
+        for extra in new_extras:
+            seen_extras.add((package["name"], extra))
+            deps += package.get("optional-dependencies", {}).get(extra, [])
+        queue += [(d, d.get("extra", [])) for d in deps if applies(d)]
+    return wanted
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def run_python(containers: Containers, code: str, **kwargs: Any) -> str:
+    rc, out = containers.oneshot(["python", "-c", code], timeout=300, **kwargs)
+    assert rc == 0, out
+    return out
+
+
+def test_installed_versions_equal_the_lock(containers: Containers) -> None:
+    out = run_python(
+        containers,
+        "import json, platform, sys; from importlib import metadata; print(json.dumps({"
+        "'installed': {d.metadata['Name']: d.version for d in metadata.distributions()}, "
+        "'environment': {'python_full_version': platform.python_version(), 'python_version': "
+        "'.'.join(platform.python_version_tuple()[:2]), 'sys_platform': sys.platform, 'platform_machine': "
+        "platform.machine(), 'implementation_name': sys.implementation.name, "
+        "'platform_python_implementation': platform.python_implementation(), 'platform_system': "
+        "platform.system(), 'os_name': 'posix', 'extra': ''}}))",
+    )
+    facts = json.loads(out.strip().splitlines()[-1])
+    installed = {normalize(k): v for k, v in facts["installed"].items()}
+    locked = {normalize(k): v for k, v in locked_runtime(facts["environment"]).items()}
+    assert installed.pop("yolo-rig") == "0.1.0"
+    assert installed == locked
+
+
+def test_labels_carry_the_stack_versions(docker_client: Any, image: str) -> None:
+    labels = docker_client.images.get(image).labels
+    locked = locked_versions()
+    assert labels["io.yolo-rig.torch"] == locked["torch"] == "2.3.1"
+    assert labels["io.yolo-rig.ultralytics"] == locked["ultralytics-opencv-headless"]
+    assert labels["io.yolo-rig.cudnn"] == locked["nvidia-cudnn-cu12"] == "8.9.2.26"
+    assert labels["io.yolo-rig.cuda"] == "12.1"
+    assert re.fullmatch(r"[0-9a-f]{7,40}|unknown", labels["org.opencontainers.image.revision"])
+
+
+def test_cuda_cudnn_and_a_single_headless_opencv(containers: Containers) -> None:
+    out = run_python(
+        containers,
+        "import json, torch, cv2; from importlib import metadata; "
+        "print(json.dumps({'cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version(), "
+        "'cv2': cv2.__version__, 'opencv': sorted(d.metadata['Name'] for d in metadata.distributions() "
+        "if 'opencv' in d.metadata['Name'].lower() and 'ultralytics' not in d.metadata['Name'].lower())}))",
+    )
+    facts = json.loads(out.strip().splitlines()[-1])
+    assert facts["cuda"] == "12.1"
+    assert facts["cudnn"] == 8902
+    assert facts["opencv"] == ["opencv-python-headless"]
+    # cv2 imported above; libGL must not be what made that possible.
+    _, libs = containers.oneshot(["bash", "-c", "ldconfig -p | grep -c 'libGL\\.so' || true"])
+    assert libs.strip().splitlines()[-1] == "0"
+
+
+def test_rig_version_reports_the_stack(containers: Containers) -> None:
+    rc, out = containers.oneshot(["rig", "--version"], timeout=60)
+    assert rc == 0, out
+    locked = locked_versions()
+    assert f"torch {locked['torch']}" in out
+    assert f"ultralytics {locked['ultralytics-opencv-headless']}" in out
+    assert "CUDA 12.1" in out and "cuDNN 8.9.2.26" in out
+
+
+def test_runtime_has_no_toolchain_uv_or_caches(containers: Containers) -> None:
+    script = (
+        "for t in gcc cc g++ c++ clang ld as make uv pip pip3; do command -v $t && echo FOUND $t; done; "
+        "ls -d /root/.cache /home/*/.cache /opt/uv /var/lib/apt/lists/*.gz 2>/dev/null | sed 's/^/FOUND /'; "
+        "find / -xdev \\( -name '*.whl' -o -path '*/.cache/pip*' -o -path '*/.cache/uv*' \\) 2>/dev/null "
+        "| sed 's/^/FOUND /'; true"
+    )
+    rc, out = containers.oneshot(["bash", "-c", script], timeout=120)
+    assert rc == 0, out
+    assert "FOUND" not in out, out
+
+
+def test_tini_is_pid_1(containers: Containers) -> None:
+    container = containers.run(["sleep", "60"])
+    rc, out = containers.exec(container, "tr '\\0' ' ' </proc/1/cmdline", timeout=10)
+    assert rc == 0
+    assert out.split()[0] == "/usr/bin/tini", out
+
+
+def _pem_bodies(pem_text: str) -> set[bytes]:
+    blocks = re.findall(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", pem_text, re.S)
+    return {base64.b64decode("".join(b.split())) for b in blocks}
+
+
+def secret_only_cas(image_bundle: str) -> set[bytes]:
+    """DER bodies of the CAs the host bundle (the build secret) adds to the image's own bundle."""
+    host_bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if not host_bundle.exists():
+        pytest.skip("no host CA bundle: the build got no CA secret")
+    extra = _pem_bodies(host_bundle.read_text()) - _pem_bodies(image_bundle)
+    if not extra:
+        pytest.skip("the host bundle adds no CA to Debian's: nothing secret to look for")
+    return extra
+
+
+def needles_for(ders: set[bytes]) -> list[bytes]:
+    """Each CA as DER and as the first line of its PEM base64."""
+    return [*ders, *(base64.b64encode(der)[:64] for der in ders)]
+
+
+def find_in_image(docker_client: Any, image: str, needles: list[bytes]) -> list[str]:
+    """Every file, in every layer and blob of `docker save`, that contains one of the needles."""
+    found: list[str] = []
+    chunks = docker_client.images.get(image).save(chunk_size=1 << 20)
+    with tarfile.open(fileobj=_Reader(chunks), mode="r|") as outer:
+        for member in outer:
+            if not member.isfile():
+                continue
+            stream = outer.extractfile(member)
+            assert stream is not None
+            if member.name.endswith("layer.tar") or member.name.startswith("blobs/"):
+                try:
+                    with tarfile.open(fileobj=stream, mode="r|") as layer:
+                        for entry in layer:
+                            if entry.isfile() and entry.size < 64 << 20:
+                                data = layer.extractfile(entry).read()  # type: ignore[union-attr]
+                                if any(n in data for n in needles):
+                                    found.append(f"{member.name}:{entry.name}")
+                    continue
+                except tarfile.ReadError:
+                    pass  # a config or manifest blob, not a layer: fall through to a plain read
+                stream = outer.extractfile(member)
+            if stream is not None and any(n in stream.read() for n in needles):
+                found.append(member.name)
+    return found
+
+
+def test_build_ca_bundle_is_in_no_layer(docker_client: Any, image: str, containers: Containers) -> None:
+    """The proxy CA handed to the build as a secret must not be stored anywhere in the image."""
+    rc, image_bundle = containers.oneshot(["cat", "/etc/ssl/certs/ca-certificates.crt"], timeout=60)
+    assert rc == 0
+    needles = needles_for(secret_only_cas(image_bundle))
+    history = json.dumps(docker_client.api.history(image)).encode()
+    assert not any(n in history for n in needles)
+    found = find_in_image(docker_client, image, needles)
+    assert not found, f"proxy CA found in the image: {found}"
+
+
+def test_the_layer_scan_finds_a_planted_ca(docker_client: Any, image: str, tmp_path: Path) -> None:
+    """The scan above can fail: a CA copied into a layer of a small image is found."""
+    host_bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if not host_bundle.exists():
+        pytest.skip("no host CA bundle")
+    (tmp_path / "ca.pem").write_bytes(host_bundle.read_bytes())
+    (tmp_path / "Dockerfile").write_text(
+        "ARG BASE_IMAGE=debian:bookworm-slim\nFROM ${BASE_IMAGE}\nCOPY ca.pem /usr/share/planted.pem\n"
+    )
+    tag = "rig-test-planted-ca:latest"
+    docker_client.images.build(path=str(tmp_path), tag=tag, rm=True, pull=False)
+    try:
+        der = _pem_bodies(host_bundle.read_text())
+        found = find_in_image(docker_client, tag, needles_for({sorted(der)[0]}))
+        assert any(f.endswith("usr/share/planted.pem") for f in found), found
+    finally:
+        docker_client.images.remove(tag, force=True)
+
+
+class _Reader:
+    """A file-like object over the Docker SDK's chunk iterator, for streaming tarfile."""
+
+    def __init__(self, chunks: Any) -> None:
+        self._chunks = iter(chunks)
+        self._buffer = b""
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self._buffer) < size:
+            try:
+                self._buffer += next(self._chunks)
+            except StopIteration:
+                break
+        if size < 0:
+            data, self._buffer = self._buffer, b""
+        else:
+            data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return data
+
+
+@pytest.mark.slow
+def test_offline_train_val_predict_export(containers: Containers) -> None:
+    rc, out = containers.oneshot(
+        ["python", "/tests/offline_roundtrip.py", "/tmp/work"],
+        timeout=900,
+        network_mode="none",
+        volumes={str(SCRIPTS): {"bind": "/tests", "mode": "ro"}},
+        shm_size="1g",
+    )
+    assert rc == 0, out[-4000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["best_exists"] and result["onnx_exists"], result
+    assert result["predicted_images"] == 1
+    assert result["network_attempts"] == [], result["network_attempts"]
+    for marker in (
+        "Download",
+        "github.com/ultralytics",
+        "ConnectionError",
+        "are offline",
+        "urlopen",
+        "Retry",
+    ):
+        assert marker not in out, f"{marker!r} in output:\n{out[-4000:]}"
+
+
+@pytest.mark.slow
+def test_build_fails_on_a_stale_lock(tmp_path: Path, image: str) -> None:
+    """A pyproject.toml edited without `make lock` stops the build; nothing is re-resolved."""
+    tmp_path = tmp_path / "context"
+    shutil.copytree(REPO, tmp_path, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", ".*_cache"))
+    pyproject = tmp_path / "pyproject.toml"
+    text = pyproject.read_text()
+    pyproject.write_text(text.replace('    "pyyaml",\n', '    "pyyaml",\n    "tqdm>=4.0",\n', 1))
+    assert pyproject.read_text() != text
+    ca = Path("/etc/ssl/certs/ca-certificates.crt")
+    secret = ["--secret", f"id=ca,src={ca}"] if ca.exists() else []
+    result = subprocess.run(
+        ["docker", "build", *secret, "--target", "builder", "-t", "rig-test-stale-lock", str(tmp_path)],
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    # A line the build step printed (BuildKit prefixes them with "#step seconds"), not the echoed RUN.
+    printed = r"^#\d+ [\d.]+ ERROR build: uv\.lock is stale for pyproject\.toml: run 'make lock'"
+    assert re.search(printed, out, re.M), out[-3000:]

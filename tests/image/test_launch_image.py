@@ -1,0 +1,300 @@
+"""The launcher in the image: real torchrun jobs through the binder, two nodes, training on the CPU.
+
+"GPUs" come from fake sysfs trees (--sysfs-root/--gpu-bus-ids), so torchrun, the binder and the
+c10d rendezvous run for real on this CPU-only box; the ranks talk over gloo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import REPO
+from tests.helpers.containers import Containers
+from tests.helpers.fakesys import FakeSys, bus
+from tests.helpers.waiting import wait_until
+
+pytestmark = pytest.mark.image
+
+PROBE = textwrap.dedent(
+    """
+    import ctypes, json, os
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    total = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(total)
+    # get_mempolicy(2): what the binder left this process (x86_64 syscall 239).
+    libc = ctypes.CDLL(None, use_errno=True)
+    mode, mask = ctypes.c_int(-1), (ctypes.c_ulong * 16)()
+    rc = libc.syscall(239, ctypes.byref(mode), mask, ctypes.c_ulong(16 * 64), None, ctypes.c_ulong(0))
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMP_NUM_THREADS", "RIG_CPUS", "RIG_MEM_NODE",
+            "RIG_GPU_BUS_ID", "CUDA_DEVICE_ORDER", "MKL_THREADING_LAYER")
+    # One write(2) per line: two ranks share the container's stdout.
+    os.write(1, ("PROBE " + json.dumps({
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "env": {k: os.environ.get(k) for k in keys},
+        "sum": total.item(),
+        "mempolicy": [mode.value, mask[0]] if rc == 0 else None,
+    }) + "\\n").encode())
+    dist.destroy_process_group()
+    """
+)
+
+
+def _readable(path: Path) -> None:
+    """The container runs as user yolo; pytest's tmp dirs are private."""
+    for p in [path, *path.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A copy of a 2-CPU, 1-node box with 2 GPUs on node 0, plus the probe program."""
+    fs = FakeSys(tmp_path / "sys").node(0, "0-1").online("0-1").cpuset("0-1")
+    ids = [bus(0), bus(1)]
+    for b in ids:
+        fs.gpu(b, 0, "0-1")
+    (tmp_path / "probe.py").write_text(PROBE)
+    _readable(tmp_path)
+    return tmp_path, ids
+
+
+def _probes(logs: str) -> list[dict[str, Any]]:
+    return sorted(
+        (json.loads(line[6:]) for line in logs.splitlines() if line.startswith("PROBE ")),
+        key=lambda p: int(p["env"]["RANK"]),
+    )
+
+
+def _mounts(root: Path) -> dict[str, dict[str, str]]:
+    return {str(root): {"bind": "/fake", "mode": "ro"}}
+
+
+@pytest.mark.parametrize("sys_nice", [False, True], ids=["default-seccomp", "cap-sys-nice"])
+def test_two_cpu_ranks_through_torchrun_and_the_binder_match_the_plan(
+    containers: Containers, box: tuple[Path, list[str]], sys_nice: bool
+) -> None:
+    root, ids = box
+    topo = f"--sysfs-root /fake/sys --gpu-bus-ids {','.join(ids)}"
+    script = f"rig plan --json {topo} && rig launch --gpus 2 {topo} -- python /fake/probe.py"
+    rc, logs = containers.oneshot(
+        ["bash", "-c", script],
+        timeout=120,
+        volumes=_mounts(root),
+        cpuset_cpus="0-1",
+        cap_add=["SYS_NICE"] if sys_nice else None,
+        environment={"MASTER_PORT": "29517"},
+    )
+    assert rc == 0, logs
+    plan = json.loads(next(line for line in logs.splitlines() if line.startswith("[")))
+    probes = _probes(logs)
+    assert len(probes) == 2, logs
+    for rank in probes:
+        expected = plan[int(rank["env"]["LOCAL_RANK"])]
+        assert rank["affinity"] == expected["cpus"]
+        assert rank["env"]["RIG_CPUS"] == ",".join(map(str, expected["cpus"]))
+        assert rank["env"]["OMP_NUM_THREADS"] == str(len(expected["cpus"]))
+        assert rank["env"]["RIG_GPU_BUS_ID"] == expected["gpu_bus_id"]
+        assert rank["env"]["RIG_MEM_NODE"] == str(expected["mem_node"])
+        assert rank["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        assert rank["env"]["WORLD_SIZE"] == "2" and rank["sum"] == 3.0
+    assert [p["affinity"] for p in probes] == [[0], [1]]
+    warnings = [line for line in logs.splitlines() if line.startswith("WARNING")]
+    if sys_nice:
+        assert all(p["mempolicy"] == [1, 1] for p in probes), probes  # MPOL_PREFERRED on node 0
+        assert warnings == [], warnings
+    else:
+        # Docker's seccomp refuses set_mempolicy: CPUs still bound, and one warning says how to fix it.
+        assert len(warnings) == 1 and "cap_add: [SYS_NICE]" in warnings[0], warnings
+
+
+def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp_path: Path) -> None:
+    """Two compose services on the project's network rendezvous (c10d, gloo) as two nodes."""
+    root, ids = box
+    cmd = ["rig", "launch", "--gpus", "1", "--sysfs-root", "/fake/sys", "--gpu-bus-ids", ids[0]]
+    cmd += ["--", "python", "/fake/probe.py"]
+    service = {
+        "image": os.environ.get("IMAGE", "yolo-rig:cu121"),
+        "pull_policy": "never",
+        "command": cmd,
+        "cpuset": "0-1",
+        "volumes": [f"{root}:/fake:ro"],
+    }
+    nodes = {
+        f"node{rank}": {
+            **service,
+            "environment": {
+                "NNODES": "2",
+                "NODE_RANK": str(rank),
+                "MASTER_ADDR": "node0",
+                "MASTER_PORT": "29400",
+            },
+        }
+        for rank in (0, 1)
+    }
+    compose_file = tmp_path / "compose.nodes.yaml"
+    compose_file.write_text(json.dumps({"services": nodes}))  # JSON is YAML
+    project = f"rig-test-{uuid.uuid4().hex[:8]}"
+    compose = ["docker", "compose", "--ansi", "never", "-f", str(compose_file), "-p", project]
+    try:
+        up = subprocess.run([*compose, "up", "--no-color"], capture_output=True, text=True, timeout=240)
+        logs = subprocess.run(
+            [*compose, "logs", "--no-color", "--no-log-prefix"], capture_output=True, text=True, timeout=60
+        ).stdout
+        logs = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", logs)  # compose 2.26 clears lines even with --ansi never
+        states = subprocess.run(
+            [*compose, "ps", "-a", "--format", "{{.Service}} {{.ExitCode}}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.split()
+    finally:
+        subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=120, check=False)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert sorted(zip(states[::2], states[1::2], strict=True)) == [("node0", "0"), ("node1", "0")], logs
+    probes = _probes(logs)
+    assert [p["env"]["RANK"] for p in probes] == ["0", "1"], logs
+    assert all(p["env"]["WORLD_SIZE"] == "2" and p["sum"] == 3.0 for p in probes), logs
+    assert "--rdzv-backend c10d" in logs
+
+
+def test_bad_input_in_the_image_is_one_line_and_dry_run_prints_the_command(
+    containers: Containers, box: tuple[Path, list[str]]
+) -> None:
+    root, ids = box
+    topo = f"--sysfs-root /fake/sys --gpu-bus-ids {','.join(ids)}"
+    c = containers.run(["sleep", "300"], volumes=_mounts(root))
+    # The entrypoint records yolo's ids at start: wait for it, so only `rig train` can write below.
+    wait_until(lambda: containers.exec(c, "test -s /var/lib/rig/yolo-ids", 10)[0] == 0, timeout=60)
+    for args, message in [
+        ("--gpus 2 data=x.yaml", "no GPU is visible"),  # the real /sys of this box
+        (f"{topo} --gpus 3 data=x.yaml", "only 2 GPU(s) are visible"),
+        (f"{topo} --gpus 2 data=x.yaml batch=7", "not divisible by the 2 ranks"),
+    ]:
+        script = (
+            f"touch /tmp/mark; rig train {args}; echo rc=$?; find / -xdev -newer /tmp/mark -type f | wc -l"
+        )
+        rc, out = containers.exec(c, script, 60)
+        lines = [line for line in out.splitlines() if line.strip()]
+        assert lines[0].startswith("ERROR rig: ") and message in lines[0], out
+        assert lines[1:] == ["rc=1", "0"], out  # nothing launched, no file written anywhere
+    rc, out = containers.exec(
+        c, f"rig train {topo} --gpus 2 --dry-run data=/fake/d.yaml model=yolo11n.yaml batch=8 epochs=1", 90
+    )
+    assert rc == 0, out
+    command = out.strip().splitlines()[-1]
+    assert re.search(r"-m torch\.distributed\.run --standalone --nnodes 1 --nproc-per-node 2", command), out
+    assert "-m rig.launch.binder --plan" in command and "-m rig.launch.trainer" in command
+    assert "device=0,1" in command
+
+
+# The epoch of each checkpoint, and whether a stop mid-epoch saved it.
+CHECKPOINTS = textwrap.dedent(
+    """
+    import json, pathlib, sys
+    import torch
+
+    found = {}
+    for path in pathlib.Path(sys.argv[1]).glob("*.pt"):
+        ckpt = torch.load(path, weights_only=False)
+        found[path.name] = [ckpt["epoch"], "rig/stopped_mid_epoch" in ckpt["train_metrics"]]
+    print(json.dumps(found))
+    """
+)
+
+
+@pytest.mark.slow  # three short CPU trainings: about 30 s on an idle 2-core box, minutes on a busy one
+def test_cpu_training_survives_sigterm_and_resumes(containers: Containers, tmp_path: Path) -> None:
+    c = containers.run(["sleep", "900"], environment={"RIG_USER": "root"})
+    # 12 batches an epoch: a stop lands mid-epoch.
+    rc, out = containers.exec(c, "rig demo-data /tmp/demo --train 48 --val 8 --imgsz 160", 120)
+    assert rc == 0, out
+    run, last = "/tmp/runs/t", "/tmp/runs/t/weights/last.pt"
+    resume = f"device=cpu resume=True model={last}"
+
+    def stopped(args: str, log: str, when: str) -> str:
+        """Start `rig train args`, SIGTERM it once the shell test `when` passes; its log."""
+        start = f"(sh -c 'echo $$ > /tmp/pid; exec rig train {args}'; echo $? > /tmp/rc) > {log} 2>&1 &"
+        assert containers.exec(c, "rm -f /tmp/rc", 10)[0] == 0
+        assert containers.exec(c, start, 30)[0] == 0
+        wait_until(lambda: containers.exec(c, when, 10)[0] == 0, timeout=240, interval=1)
+        containers.exec(c, "kill -TERM $(cat /tmp/pid)", 10)
+        wait_until(lambda: containers.exec(c, "test -s /tmp/rc", 10)[0] == 0, timeout=120, interval=1)
+        _, text = containers.exec(c, f"cat {log}", 10)
+        assert containers.exec(c, "cat /tmp/rc", 10)[1].strip() == "143", text
+        assert "stopped by signal 15" in text and "resume=True" in text, text
+        return text
+
+    def epochs_done() -> list[int]:
+        _, out = containers.exec(c, f"tail -n +2 {run}/results.csv 2>/dev/null | cut -d, -f1", 10)
+        return [int(float(e)) for e in out.split()]
+
+    def checkpoints() -> dict[str, list[Any]]:
+        rc, out = containers.exec(c, ["python", "-c", CHECKPOINTS, f"{run}/weights"], 120)
+        assert rc == 0, out
+        return dict(json.loads(out.strip().splitlines()[-1]))
+
+    # Stopped in the first epoch: last.pt is "epoch -1", and nothing else is written.
+    args = "device=cpu data=/tmp/demo/data.yaml model=yolo11n.yaml imgsz=160 batch=4 epochs=3"
+    log = stopped(
+        f"{args} project=/tmp/runs name=t plots=False",
+        "/tmp/t1.log",
+        "grep -q 'Starting training for' /tmp/t1.log",
+    )
+    assert checkpoints() == {"last.pt": [-1, True]}, log
+    assert epochs_done() == [], log
+
+    # Resumed at epoch 1 of 3, stopped again after at least one whole epoch.
+    log = stopped(resume, "/tmp/t2.log", f"test $(tail -n +2 {run}/results.csv 2>/dev/null | wc -l) -ge 1")
+    assert f"{last} was saved by a stop mid-epoch: running epoch 1/3 again" in log, log
+    done = epochs_done()
+    assert done == list(range(1, len(done) + 1)) and 1 <= len(done) < 3, log
+    ckpts = checkpoints()
+    assert ckpts["last.pt"] == [len(done) - 1, True], log  # the interrupted epoch is len(done)
+    assert not ckpts["best.pt"][1] and set(ckpts) == {"last.pt", "best.pt"}, log
+
+    rc, log = containers.exec(c, f"rig train {resume} 2>&1", 300)
+    assert rc == 0, log
+    assert f"{last} was saved by a stop mid-epoch: running epoch {len(done) + 1}/3 again" in log, log
+    assert "Resuming training" in log, log
+    assert epochs_done() == [1, 2, 3], log
+    assert not any(stop for _, stop in checkpoints().values()), log
+
+
+def test_make_train_on_a_cpu_only_box_names_the_gpu_fix() -> None:
+    # A project of its own, so the test neither touches nor leaves behind the user's volumes.
+    project = f"rig-test-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "COMPOSE_PROJECT_NAME": project}
+    image_name = os.environ.get("IMAGE", "yolo-rig:cu121").split(":")[0]
+    try:
+        result = subprocess.run(
+            ["make", "-s", "train", "GPUS=2", f"IMAGE={image_name}"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+    finally:
+        subprocess.run(
+            ["docker", "compose", "-f", "compose.yaml", "-p", project, "down", "-v"],
+            cwd=REPO,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    errors = [line for line in out.splitlines() if line.startswith("ERROR rig: ")]
+    assert len(errors) == 1 and "NVIDIA container toolkit" in errors[0] and "reservations" in errors[0], out

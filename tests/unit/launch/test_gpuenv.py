@@ -1,0 +1,41 @@
+"""The GPU environment: rig's defaults with their reasons, the user's values win; `rig env` prints them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rig import cli
+from rig.launch import gpuenv
+
+
+def test_gpu_environment_keeps_user_values_and_says_why() -> None:
+    entries = {e.name: e for e in gpuenv.gpu_environment({"NCCL_DEBUG": "INFO"}, threads=6)}
+    assert entries["CUDA_DEVICE_ORDER"].value == "PCI_BUS_ID"
+    assert entries["OMP_NUM_THREADS"].value == "6" and not entries["OMP_NUM_THREADS"].user_set
+    assert entries["MKL_THREADING_LAYER"].value == "GNU"
+    assert entries["PYTORCH_CUDA_ALLOC_CONF"].value == "expandable_segments:True"
+    assert entries["TORCH_NCCL_ASYNC_ERROR_HANDLING"].value == "1"
+    assert entries["NCCL_DEBUG"].value == "INFO" and entries["NCCL_DEBUG"].user_set
+    assert all(e.reason for e in entries.values())
+    # What rig set once (e.g. in `rig exec`) it may resize later; what the user set it never touches.
+    once = gpuenv.updated({"NCCL_DEBUG": "INFO"}, threads=16)
+    again = gpuenv.updated(once, threads=4)
+    assert again["OMP_NUM_THREADS"] == "4" and again["NCCL_DEBUG"] == "INFO"
+    assert gpuenv.updated({"OMP_NUM_THREADS": "3"}, threads=4)["OMP_NUM_THREADS"] == "3"
+
+
+def test_rig_env_prints_every_variable_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    monkeypatch.delenv(gpuenv.MARKER, raising=False)
+    assert cli.main(["env"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("NCCL_DEBUG=INFO") and "set by you" in line for line in lines)
+    assert any(line.startswith("CUDA_DEVICE_ORDER=PCI_BUS_ID") and "rig default" in line for line in lines)
+    assert cli.main(["env", "--json"]) == 0
+    assert {e["name"] for e in json.loads(capsys.readouterr().out)} >= {
+        "OMP_NUM_THREADS",
+        "MKL_THREADING_LAYER",
+    }

@@ -1,0 +1,156 @@
+"""`rig train`/`rig launch` decisions: bad input, dry runs, the run directory, GPU choice, multi-node.
+
+The commands run in-process with exec replaced by a recorder, so "nothing launched" is checked
+directly.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rig import cli
+from rig.launch import binding, job
+
+from tests.helpers.fakesys import FakeSys, bus
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[Path, str]:
+    """A 2-socket box copy with 4 GPUs, 2 per socket, 8 CPUs per socket."""
+    root = tmp_path / "sys"
+    fs = FakeSys(root).node(0, "0-7").node(1, "8-15").online("0-15")
+    ids = [bus(i) for i in range(4)]
+    for i, b in enumerate(ids):
+        fs.gpu(b, i // 2, "0-7" if i < 2 else "8-15")
+    return root, ",".join(ids)
+
+
+@pytest.fixture
+def execs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    calls: list[list[str]] = []
+
+    def record(file: str, argv: list[str], env: Any) -> None:
+        calls.append(list(argv))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execvpe", record)
+    for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES"):
+        monkeypatch.delenv(name, raising=False)
+    for name in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(name)
+    return calls
+
+
+def _train(tree: tuple[Path, str], *argv: str) -> list[str]:
+    root, ids = tree
+    return ["train", "--sysfs-root", str(root), "--gpu-bus-ids", ids, *argv]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "batch", "message"),
+    [
+        ("5", "16", "GPUS=5 but only 4 GPU(s) are visible"),
+        ("0", "16", "at least one GPU is needed"),
+        ("-1", "16", "at least one GPU is needed"),
+        ("two", "16", "GPUS=two is not a number"),
+        ("1,1", "16", "names GPU 1 twice"),
+        ("0,9", "16", "GPU id 9 is not visible"),
+        ("3", "16", "BATCH=16 is not divisible by the 3 ranks; use a multiple of 3, e.g. 15 or 18"),
+        ("2", "-1", "AutoBatch"),
+    ],
+)
+def test_bad_input_is_one_line_and_launches_nothing(
+    tree: tuple[Path, str],
+    execs: list[list[str]],
+    capsys: pytest.CaptureFixture[str],
+    gpus: str,
+    batch: str,
+    message: str,
+) -> None:
+    code = cli.main(_train(tree, "--gpus", gpus, "data=x.yaml", f"batch={batch}"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err == [err[0]] and err[0].startswith("ERROR rig: ") and message in err[0]
+    assert execs == []
+
+
+def test_no_gpu_names_the_compose_reservation_and_the_toolkit(
+    tmp_path: Path, execs: list[list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    FakeSys(tmp_path).node(0, "0-3").online("0-3")
+    assert cli.main(["train", "--sysfs-root", str(tmp_path), "--gpus", "2", "data=x.yaml"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "reservations" in err[0] and "NVIDIA container toolkit" in err[0]
+    assert "device=cpu" in err[0]
+    assert execs == []
+
+
+def test_dry_run_prints_the_exact_torchrun_command(
+    tree: tuple[Path, str], execs: list[list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids = tree[1]
+    runs = tmp_path / "runs"
+    argv = _train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=yolo11n.yaml", "batch=16")
+    assert cli.main([*argv, f"project={runs}", "workers=3"]) == 0
+    printed = shlex.split(capsys.readouterr().out.strip())
+    assert execs == []
+    assert printed[0] == "env"
+    env = dict(a.split("=", 1) for a in printed[1 : printed.index(sys.executable)])
+    cmd = printed[len(env) + 1 :]
+    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and "--standalone" in cmd
+    plan = binding.from_json(cmd[cmd.index("--plan") + 1])
+    assert [(r.gpu_bus_id, r.cpus, r.mem_node) for r in plan] == [
+        (ids.split(",")[0], (0, 1, 2, 3), 0),
+        (ids.split(",")[1], (4, 5, 6, 7), 0),
+    ]
+    program = cmd[cmd.index("--") + 1 :]
+    assert program[:3] == [sys.executable, "-m", "rig.launch.trainer"]
+    args = dict(a.split("=", 1) for a in program[3:])
+    assert args["device"] == "0,1" and args["batch"] == "16" and args["workers"] == "3"
+    assert args["project"] == str(runs) and args["name"] == "train" and args["exist_ok"] == "True"
+    assert env["RIG_RUN_DIR"] == str(runs / "train")
+    assert env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS")) is not None
+    assert not runs.exists()  # a dry run leaves nothing behind
+
+
+def test_run_directory_is_decided_once(tmp_path: Path) -> None:
+    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train"
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train2").mkdir()
+    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train3"
+    assert job.next_run_dir(tmp_path, "train", True) == tmp_path / "train"
+
+
+def test_gpu_ids_and_device_choose_the_same_gpus(
+    tree: tuple[Path, str], execs: list[list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--dry-run", "data=x.yaml", "model=m.yaml", f"project={tmp_path}"]
+    assert cli.main(_train(tree, "--gpus", "3,0", *base)) == 0
+    by_ids = capsys.readouterr().out
+    assert cli.main(_train(tree, *base, "device=3,0")) == 0
+    assert capsys.readouterr().out == by_ids
+    assert "device=3,0" in by_ids
+    plan = binding.from_json(shlex.split(by_ids)[shlex.split(by_ids).index("--plan") + 1])
+    assert [r.numa_node for r in plan] == [1, 0]
+
+
+def test_multi_node_dry_run_uses_a_c10d_rendezvous(
+    tree: tuple[Path, str], execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    for k, v in {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29411"}.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
+    cmd = shlex.split(capsys.readouterr().out)
+    assert cmd[cmd.index("--rdzv-backend") + 1] == "c10d"
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "node0:29411"
+    assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--node-rank") + 1] == "1"
+    assert cmd[cmd.index("--rdzv-conf") + 1] == "is_host=0"  # node 0 hosts the store
+    # 2 nodes x 2 GPUs: the batch must divide by 4, not by this node's 2.
+    assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "batch=6")) == 1
+    assert "4 ranks" in capsys.readouterr().err

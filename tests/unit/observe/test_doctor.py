@@ -1,0 +1,346 @@
+"""`rig doctor` on the host: the checks on tables of made-up machines, gathering on fake trees."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from rig.errors import RigError
+from rig.launch.binding import make_plan
+from rig.launch.topology import Gpu, Topology
+from rig.observe import doctor, doctor_gather
+from rig.observe.doctor import Check, DatasetFacts, Facts, GpuFact
+
+from tests.helpers.datasets import make_dataset
+from tests.scripts.fake_nvml import FakeGpu, FakeNvml
+
+GIB, MIB = 1 << 30, 1 << 20
+NODE0, NODE1 = frozenset(range(0, 8)), frozenset(range(8, 16))
+
+
+def topo(allowed: frozenset[int] = NODE0 | NODE1, ngpus: int = 2) -> Topology:
+    gpus = tuple(
+        Gpu(index=i, bus_id=f"0000:{0x17 + i * 0x60:02x}:00.0", numa_node=i, local_cpus=(NODE0, NODE1)[i])
+        for i in range(ngpus)
+    )
+    return Topology(gpus=gpus, allowed_cpus=allowed, node_cpus={0: NODE0, 1: NODE1})
+
+
+def healthy(**changes: Any) -> Facts:
+    t = topo()
+    facts = Facts(
+        driver_version="550.54.15",
+        gpus=(GpuFact(0, "NVIDIA H200"), GpuFact(1, "NVIDIA H200")),
+        topology=t,
+        plan=make_plan(t, 2),
+        shm_total=64 * GIB,
+        shm_free=64 * GIB,
+        memlock=(-1, -1),
+        stack=(64 * MIB, -1),
+        seccomp=2,
+        cap_bnd=1 << doctor.CAP_SYS_NICE,
+        numa_nodes=2,
+    )
+    return dataclasses.replace(facts, **changes)
+
+
+def by_name(facts: Facts) -> dict[str, Check]:
+    return {c.name: c for c in doctor.run_checks(facts)}
+
+
+def test_a_healthy_box_passes_everything_it_can_check() -> None:
+    checks = doctor.run_checks(healthy())
+    assert {c.name: c.status for c in checks} == {
+        "driver": "pass",
+        "gpus": "pass",
+        "shm": "pass",
+        "memlock": "pass",
+        "stack": "pass",
+        "numa": "pass",
+        "cap_sys_nice": "pass",
+        "dataset": "skip",
+        "read_speed": "skip",
+        "cache_ram": "skip",
+        "bench": "skip",
+    }
+    assert doctor.exit_code(checks) == 0
+    assert "rank 1: GPU 0000:77:00.0 node 1 CPUs 8-15" in by_name(healthy())["numa"].detail
+
+
+@pytest.mark.parametrize(
+    ("version", "status"),
+    [("550.54.15", "pass"), ("530.30.02", "pass"), ("535.104.05", "pass"), ("530.30.01", "fail"),
+     ("525.85.12", "fail"), ("470.82.01", "fail"), (None, "fail")],
+)  # fmt: skip
+def test_driver_must_be_new_enough_for_cuda_12_1(version: str | None, status: str) -> None:
+    check = doctor.check_driver(healthy(driver_version=version))
+    assert check.status == status
+    if status == "fail":
+        assert "530.30.02" in check.fix
+
+
+def test_no_gpu_fails_with_the_container_toolkit_fix() -> None:
+    checks = by_name(
+        healthy(gpus=(), nvml_error="NVML unavailable (NVMLError_LibraryNotFound)", topology=topo(ngpus=0))
+    )
+    assert checks["gpus"].status == "fail"
+    assert "NVIDIA Container Toolkit" in checks["gpus"].fix and "--gpus all" in checks["gpus"].fix
+    assert "NVMLError_LibraryNotFound" in checks["gpus"].detail
+    assert checks["numa"].status == "skip"
+
+
+@pytest.mark.parametrize(("requested", "status"), [(None, "pass"), (1, "pass"), (2, "pass"), (4, "fail")])
+def test_gpus_must_match_what_was_asked(requested: int | None, status: str) -> None:
+    check = doctor.check_gpus(healthy(requested_gpus=requested, requested_from=f"--gpus {requested}"))
+    assert check.status == status
+    if status == "fail":
+        assert "asks for 4 GPU(s) but 2 GPU(s) visible" in check.detail
+
+
+def test_gpus_hidden_by_cuda_visible_devices_count_as_missing() -> None:
+    one = Topology(gpus=topo().gpus[:1], allowed_cpus=NODE0 | NODE1, node_cpus={0: NODE0, 1: NODE1})
+    check = doctor.check_gpus(healthy(topology=one, requested_gpus=2, requested_from="--gpus 2"))
+    assert check.status == "fail" and "1 of them after CUDA_VISIBLE_DEVICES" in check.detail
+
+
+@pytest.mark.parametrize(
+    ("shm", "status", "words"),
+    [(64 * MIB, "warn", "not enough for one loader worker"), (GIB, "warn", "fewer loader workers"),
+     (16 * GIB, "pass", "")],
+)  # fmt: skip
+def test_shm_against_what_the_loader_workers_need(shm: int, status: str, words: str) -> None:
+    # 2 ranks of 8 CPUs, batch 16 split in 8 per rank at 640 px: 8 workers x 2 ranks x 8 batches of 9.4 MiB.
+    facts = healthy(shm_total=shm, shm_free=shm, shm_batches_per_worker=8)
+    assert doctor.shm_need(facts, 8, 2) == 8 * 2 * 8 * (8 * 3 * 640 * 640)
+    check = doctor.check_shm(facts)
+    assert check.status == status and words in check.detail
+    if status == "warn":
+        assert "ipc: host" in check.fix and "shm_size: 2g" in check.fix
+
+
+@pytest.mark.parametrize(
+    ("memlock", "stack", "statuses"),
+    [((-1, -1), (-1, -1), ("pass", "pass")), ((8 * MIB, 8 * MIB), (8 * MIB, -1), ("warn", "warn")),
+     ((64 * 1024, -1), (64 * MIB, 64 * MIB), ("warn", "pass"))],
+)  # fmt: skip
+def test_memlock_and_stack_limits(
+    memlock: tuple[int, int], stack: tuple[int, int], statuses: tuple[str, str]
+) -> None:
+    checks = by_name(healthy(memlock=memlock, stack=stack))
+    assert (checks["memlock"].status, checks["stack"].status) == statuses
+    if statuses[0] == "warn":
+        assert "memlock=-1" in checks["memlock"].fix
+    if statuses[1] == "warn":
+        assert "stack=67108864" in checks["stack"].fix
+
+
+def test_cpus_off_the_gpus_nodes_warn_with_the_cpuset_fix() -> None:
+    t = topo(allowed=NODE0)  # the container only got node 0's CPUs; GPU 1 sits on node 1
+    check = doctor.check_numa(healthy(topology=t, plan=make_plan(t, 2)))
+    assert check.status == "warn"
+    assert "cpuset" in check.fix and "0-15" in check.fix
+
+
+def test_one_cpu_per_rank_warns() -> None:
+    t = Topology(gpus=topo().gpus, allowed_cpus=frozenset({0, 8}), node_cpus={0: NODE0, 1: NODE1})
+    check = doctor.check_numa(healthy(topology=t, plan=make_plan(t, 2)))
+    assert check.status == "warn" and "one CPU" in check.detail
+
+
+@pytest.mark.parametrize(
+    ("seccomp", "cap_bnd", "nodes", "status"),
+    [(0, 0, 2, "pass"), (2, 1 << 23, 2, "pass"), (2, 0xA80425FB, 2, "warn"), (2, 0xA80425FB, 1, "pass"),
+     (None, None, 2, "warn")],
+)  # fmt: skip
+def test_cap_sys_nice_for_memory_binding(
+    seccomp: int | None, cap_bnd: int | None, nodes: int, status: str
+) -> None:
+    # 0xa80425fb is Docker's default capability set, which lacks CAP_SYS_NICE.
+    check = doctor.check_sys_nice(healthy(seccomp=seccomp, cap_bnd=cap_bnd, numa_nodes=nodes))
+    assert check.status == status
+    if status == "warn":
+        assert "SYS_NICE" in check.fix
+
+
+def dataset(**kw: Any) -> DatasetFacts:
+    base = DatasetFacts(
+        "/datasets/demo/data.yaml", path="/datasets/demo/data.yaml", images=1000, sampled=256,
+        sampled_bytes=256 * 100_000, read_s=0.5, cache_value="ram", cache_reason="1000 images fit",
+    )  # fmt: skip
+    return dataclasses.replace(base, **kw)
+
+
+@pytest.mark.parametrize(
+    ("changes", "statuses"),
+    [({}, ("pass", "pass", "pass")),
+     ({"path": None, "error": "not found", "sampled": 0, "cache_value": None}, ("fail", "skip", "skip")),
+     ({"images": 0, "sampled": 0, "cache_value": None}, ("fail", "skip", "skip")),
+     ({"unreadable": ("/datasets/demo/images/train/1.jpg",)}, ("fail", "pass", "pass")),
+     ({"read_s": 10.0}, ("pass", "warn", "pass")),
+     ({"cache_value": "False", "cache_reason": "needs 40 GiB"}, ("pass", "pass", "warn"))],
+)  # fmt: skip
+def test_dataset_checks(changes: dict[str, Any], statuses: tuple[str, str, str]) -> None:
+    checks = by_name(healthy(dataset=dataset(**changes)))
+    assert (checks["dataset"].status, checks["read_speed"].status, checks["cache_ram"].status) == statuses
+    assert all(
+        checks[n].fix for n in ("dataset", "read_speed", "cache_ram") if checks[n].status in ("warn", "fail")
+    )
+
+
+@pytest.mark.parametrize(
+    ("bench", "error", "status", "words"),
+    [({"loader": {"stock_img_s": 300.0, "ours_img_s": 400.0}, "step_img_s": 900.0, "bottleneck": "loader"},
+      None, "warn", "the bottleneck is loader"),
+     ({"loader": {"stock_img_s": 900.0, "ours_img_s": 1500.0}, "step_img_s": 900.0, "bottleneck": "compute"},
+      None, "pass", "the bottleneck is compute"),
+     (None, "RuntimeError: CUDA out of memory", "fail", "rig bench failed")],
+)  # fmt: skip
+def test_bench_names_the_bottleneck(
+    bench: dict[str, Any] | None, error: str | None, status: str, words: str
+) -> None:
+    check = doctor.check_bench(healthy(bench=bench, bench_error=error, bench_requested=True))
+    assert check.status == status and words in check.detail
+
+
+def test_text_report_prints_fixes_only_for_problems_and_json_lists_every_check() -> None:
+    checks = doctor.run_checks(healthy(driver_version="470.82.01", memlock=(8 * MIB, 8 * MIB)))
+    text = doctor.render_text(checks)
+    assert text.count("fix: ") == 2
+    assert text.splitlines()[0].startswith("fail  driver")
+    assert text.splitlines()[-1] == "rig doctor: 5 pass, 1 warn, 1 fail, 4 skip"
+    data = json.loads(doctor.render_json(checks))
+    assert data["ok"] is False
+    assert [c["name"] for c in data["checks"]] == [c.name for c in checks]
+    assert len(data["checks"]) == len(doctor.CHECKS)
+    assert doctor.exit_code(checks) == 1
+
+
+# ------------------------------------------------------------------------------------------ gathering
+def fake_root(tmp_path: Path, *, cap_bnd: str = "000001ffffffffff", memlock: str = "8388608") -> Path:
+    root = tmp_path / "root"
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/status").write_text(
+        f"Name:\trig\nCapEff:\t0000000000000000\nCapBnd:\t{cap_bnd}\nSeccomp:\t2\n"
+    )
+    (root / "proc/self/limits").write_text(
+        "Limit                     Soft Limit           Hard Limit           Units     \n"
+        "Max stack size            8388608              unlimited            bytes     \n"
+        f"Max locked memory         {memlock}              {memlock}              bytes     \n"
+    )
+    (root / "proc/driver/nvidia").mkdir(parents=True)
+    (root / "proc/driver/nvidia/version").write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs@U16)\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+    )
+    (root / "dev/shm").mkdir(parents=True)
+    node = root / "sys/devices/system/node/node0"
+    node.mkdir(parents=True)
+    (node / "cpulist").write_text("0-3\n")
+    (root / "sys/devices/system/cpu").mkdir(parents=True)
+    (root / "sys/devices/system/cpu/online").write_text("0-3\n")
+    gpu = root / "sys/bus/pci/devices/0000:17:00.0"
+    gpu.mkdir(parents=True)
+    for name, value in (
+        ("vendor", "0x10de"),
+        ("class", "0x030200"),
+        ("numa_node", "0"),
+        ("local_cpulist", "0-3"),
+    ):
+        (gpu / name).write_text(value + "\n")
+    return root
+
+
+def test_gather_reads_proc_sys_and_nvml_through_the_root(tmp_path: Path) -> None:
+    facts = doctor_gather.gather(root=fake_root(tmp_path), environ={}, nvml_module=FakeNvml([FakeGpu()]))
+    assert facts.driver_version == "550.54.15"
+    assert facts.gpus == (GpuFact(0, "NVIDIA H200"),)
+    assert facts.memlock == (8 * MIB, 8 * MIB) and facts.stack == (8 * MIB, -1)
+    assert facts.seccomp == 2 and facts.cap_bnd is not None and facts.cap_bnd >> 23 & 1
+    assert facts.topology is not None and facts.topology.gpus[0].bus_id == "0000:17:00.0"
+    assert facts.plan is not None and facts.plan.ranks[0].cpus == (0, 1, 2, 3)
+    checks = by_name(facts)
+    assert checks["driver"].status == "pass" and checks["gpus"].status == "pass"
+    assert checks["memlock"].status == "warn" and checks["numa"].status == "pass"
+
+
+def test_gather_without_nvml_falls_back_to_the_kernel_module_version(tmp_path: Path) -> None:
+    facts = doctor_gather.gather(root=fake_root(tmp_path), environ={}, nvml_module=FakeNvml(init_error=12))
+    assert facts.driver_version == "550.54.15" and facts.gpus == ()
+    assert facts.nvml_error is not None and "NVML unavailable" in facts.nvml_error
+    assert by_name(facts)["gpus"].status == "fail"
+
+
+def test_requested_gpus_come_from_the_flag_or_nvidia_visible_devices() -> None:
+    assert doctor_gather.requested_gpus("2", {}) == (2, "--gpus 2")
+    assert doctor_gather.requested_gpus("0,2", {"NVIDIA_VISIBLE_DEVICES": "0"}) == (2, "--gpus 0,2")
+    assert doctor_gather.requested_gpus("all", {}) == (None, "")
+    with pytest.raises(RigError, match="give a count"):
+        doctor_gather.requested_gpus("two", {})
+    assert doctor_gather.requested_gpus(None, {"NVIDIA_VISIBLE_DEVICES": "0,3"}) == (
+        2,
+        "NVIDIA_VISIBLE_DEVICES=0,3",
+    )
+    assert doctor_gather.requested_gpus(None, {"NVIDIA_VISIBLE_DEVICES": "all"}) == (None, "")
+
+
+def test_gather_dataset_reads_the_train_split(tmp_path: Path) -> None:
+    root = fake_root(tmp_path)
+    make_dataset(root / "datasets/demo", 20, path="demo")
+    (root / "datasets/demo/images/train/dangling.jpg").symlink_to(tmp_path / "gone.jpg")
+    d = doctor_gather.gather_dataset("demo/data.yaml", root, batch=16, imgsz=64, nranks=1, rank_cpus=1)
+    assert d.error is None and d.path == str(root / "datasets/demo/data.yaml")
+    assert d.images == 21 and d.sampled == 20
+    assert d.sampled_bytes == sum(1000 + i for i in range(20))
+    assert d.unreadable == (str(root / "datasets/demo/images/train/dangling.jpg"),)
+    assert d.cache_value in ("ram", "False") and d.cache_reason
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "error"),
+    [("train: images/missing\n", "does not exist"), ("names: {0: a}\n", "no `train:` key")],
+)
+def test_gather_dataset_reports_broken_yaml(tmp_path: Path, yaml_text: str, error: str) -> None:
+    (tmp_path / "data.yaml").write_text(yaml_text)
+    d = doctor_gather.gather_dataset(
+        str(tmp_path / "data.yaml"), tmp_path, batch=16, imgsz=640, nranks=1, rank_cpus=1
+    )
+    assert d.error is not None and error in d.error
+    assert doctor.check_dataset(healthy(dataset=d)).status == "fail"
+
+
+def test_gather_dataset_not_found(tmp_path: Path) -> None:
+    d = doctor_gather.gather_dataset("nowhere.yaml", tmp_path, batch=16, imgsz=640, nranks=1, rank_cpus=1)
+    assert d.path is None and d.error is not None and "not found" in d.error
+
+
+def test_bench_runs_rig_bench_quick_on_the_given_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+
+    class Options:
+        def __init__(self, **kw: Any) -> None:
+            self.kw = kw
+
+    def run_bench(opts: Options) -> dict[str, Any]:
+        seen.append(opts.kw)
+        return {"loader": {"ours_img_s": 10.0}, "step_img_s": 100.0, "bottleneck": "loader"}
+
+    fake = SimpleNamespace(BenchOptions=Options, run_bench=run_bench)
+    monkeypatch.setitem(sys.modules, "rig.observe.bench", fake)
+    result, error = doctor_gather.run_bench("/datasets/demo/data.yaml", batch=32, imgsz=320)
+    assert error is None and result is not None and result["bottleneck"] == "loader"
+    assert seen == [{"data": "/datasets/demo/data.yaml", "quick": True, "batch": 32, "imgsz": 320}]
+
+    def broken(opts: Options) -> dict[str, Any]:
+        raise RuntimeError("CUDA error: out of memory")
+
+    fake = SimpleNamespace(BenchOptions=Options, run_bench=broken)
+    monkeypatch.setitem(sys.modules, "rig.observe.bench", fake)
+    assert doctor_gather.run_bench(None, batch=16, imgsz=640) == (
+        None,
+        "RuntimeError: CUDA error: out of memory",
+    )

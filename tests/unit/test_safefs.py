@@ -1,0 +1,94 @@
+"""rig.safefs: what root does where a user can write, tried with hostile links."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from rig import safefs
+
+from tests.helpers import needs_root
+
+
+def test_read_regular_refuses_everything_but_a_bounded_regular_file(tmp_path: Path) -> None:
+    (tmp_path / "ok").write_bytes(b"data")
+    (tmp_path / "big").write_bytes(b"x" * 2048)
+    (tmp_path / "link").symlink_to(tmp_path / "ok")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    fd = safefs.open_dir(tmp_path)
+    try:
+        assert safefs.read_regular("ok", fd, 1024) == b"data"
+        assert safefs.read_regular("absent", fd, 1024) is None
+        for name, why in [
+            ("big", "larger than"),
+            ("link", "a symbolic link"),
+            ("fifo", "a FIFO"),
+            ("dir", "a folder"),
+        ]:
+            with pytest.raises(safefs.Skipped, match=why):
+                safefs.read_regular(name, fd, 1024)
+    finally:
+        os.close(fd)
+
+
+def test_write_atomic_replaces_a_planted_link_and_sets_mode_on_the_descriptor(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    victim.chmod(0o600)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "target").symlink_to(victim)
+    with safefs.opened_dir(tmp_path / "d") as fd:
+        safefs.write_atomic("target", b"new", fd, mode=0o640)
+    assert victim.read_text() == "precious" and oct(victim.stat().st_mode & 0o777) == "0o600"
+    written = tmp_path / "d" / "target"
+    assert not written.is_symlink() and written.read_text() == "new"
+    assert oct(written.stat().st_mode & 0o777) == "0o640"
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["target"]  # no temporary file left
+
+
+def test_open_dir_refuses_a_link(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    with pytest.raises(safefs.Skipped, match="not a folder"):
+        safefs.open_dir(tmp_path / "link")
+    with safefs.opened_dir(tmp_path) as fd, pytest.raises(safefs.Skipped, match="a symbolic link"):
+        safefs.ensure_dir("link", fd)
+
+
+@needs_root
+def test_reown_tree_changes_only_the_old_owner_and_never_follows_links(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "root-file").write_text("x")
+    os.chown(outside, 1000, 1000)  # even a target the old uid owns is not reached through a link
+    vol = tmp_path / "vol"
+    (vol / "runs" / "exp").mkdir(parents=True)
+    (vol / "runs" / "exp" / "last.pt").write_text("w")
+    (vol / "other").write_text("someone else's")
+    (vol / "link-dir").symlink_to(outside, target_is_directory=True)
+    (vol / "runs" / "link-file").symlink_to(outside / "root-file")
+    for path in (vol, vol / "runs", vol / "runs" / "exp", vol / "runs" / "exp" / "last.pt"):
+        os.chown(path, 1000, 1000)
+    for link in (vol / "link-dir", vol / "runs" / "link-file"):
+        os.chown(link, 1000, 1000, follow_symlinks=False)
+    os.chown(vol / "other", 2000, 2000)
+
+    result = safefs.reown_tree(vol, (1000, 1000), (4321, 4322), deadline=time.monotonic() + 30)
+    assert result.complete and result.changed == 6
+    for path in (vol, vol / "runs", vol / "runs" / "exp", vol / "runs" / "exp" / "last.pt"):
+        assert (path.stat().st_uid, path.stat().st_gid) == (4321, 4322), path
+    assert os.lstat(vol / "link-dir").st_uid == 4321  # the link itself
+    assert (outside.stat().st_uid, (outside / "root-file").stat().st_uid) == (1000, 0)
+    assert (vol / "other").stat().st_uid == 2000
+
+
+@needs_root
+def test_reown_tree_stops_at_its_deadline(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    os.chown(tmp_path / "a" / "b", 1000, 1000)
+    result = safefs.reown_tree(tmp_path, (1000, 1000), (5, 5), deadline=time.monotonic() - 1)
+    assert not result.complete
+    assert (tmp_path / "a" / "b").stat().st_uid == 1000

@@ -1,0 +1,31 @@
+"""rig.workstation.ownership: re-owning what yolo owned when its ids change, never following links."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rig.workstation import ownership, users
+
+from tests.helpers import needs_root
+
+
+@needs_root
+def test_follow_ids_reowns_once_and_leaves_foreign_volumes(tmp_path: Path) -> None:
+    record = tmp_path / "state" / "yolo-ids"
+    mine, host = tmp_path / "workspace", tmp_path / "datasets"
+    (mine / "runs").mkdir(parents=True)
+    host.mkdir()
+    (host / "img.jpg").write_text("x")
+    for p in (mine, mine / "runs"):
+        os.chown(p, 1000, 1000)
+    os.chown(host, 2000, 2000)  # a host folder bind-mounted there: its owner's, not yolo's
+    os.chown(host / "img.jpg", 1000, 1000)
+
+    assert ownership.follow_ids(users.Ids(4321, 4322), record, roots=[mine, host]) == 2
+    assert (mine / "runs").stat().st_uid == 4321 and (host / "img.jpg").stat().st_uid == 1000
+    assert record.read_text() == "4321:4322\n"
+    # The next start with the same ids walks nothing; a later change starts from the recorded ids.
+    assert ownership.follow_ids(users.Ids(4321, 4322), record, roots=[mine, host]) == 0
+    assert ownership.follow_ids(users.Ids(5555, 5555), record, roots=[mine, host]) == 2
+    assert (mine / "runs").stat().st_gid == 5555

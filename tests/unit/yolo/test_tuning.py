@@ -1,0 +1,195 @@
+"""Launch-time `workers` and `cache` decisions on tables of RAM, /dev/shm and CPU sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rig.yolo.tuning import Decision, Resources, count_train_images, decide, launch_decisions, read_resources
+
+from tests.helpers.datasets import make_dataset
+
+GIB = 1 << 30
+MIB = 1 << 20
+BATCH_640 = 16 * 3 * 640 * 640  # one batch of 16 at 640 px, uint8
+
+
+def values(decisions: list[Decision]) -> dict[str, str]:
+    return {d.key: d.value for d in decisions}
+
+
+@pytest.mark.parametrize(
+    ("rank_cpus", "nranks", "shm", "expected_workers"),
+    [
+        (2, 1, 8 * GIB, "2"),  # the CI box: both cores
+        (16, 1, 64 * GIB, "16"),  # not capped at Ultralytics' 8
+        (12, 8, 64 * GIB, "12"),  # per-rank batch 2: 12 workers x 8 ranks fit
+        (1, 1, 8 * GIB, "1"),
+        (0, 1, 8 * GIB, "1"),  # an empty cpuset still gets a worker
+        (8, 1, 64 * MIB, "0"),  # Docker's default /dev/shm: not even one worker's batches
+        (8, 1, 12 * BATCH_640 * 3, "3"),  # shm room for exactly three workers
+        (8, 2, 12 * BATCH_640 * 3, "3"),  # two ranks: half the batch each, twice the ranks
+    ],
+)
+def test_workers_from_cpus_and_shm(rank_cpus: int, nranks: int, shm: int, expected_workers: str) -> None:
+    got = decide(
+        user_args={},
+        train_images=100,
+        resources=Resources(mem_available=64 * GIB, shm_free=shm),
+        rank_cpus=rank_cpus,
+        nranks=nranks,
+    )
+    assert values(got)["workers"] == expected_workers
+
+
+def test_workers_zero_says_how_big_shm_must_be() -> None:
+    (w, _) = decide(
+        user_args={},
+        train_images=100,
+        resources=Resources(mem_available=64 * GIB, shm_free=64 * MIB),
+        rank_cpus=4,
+        nranks=1,
+    )
+    assert w.value == "0"
+    assert "--shm-size=" in w.reason and "/dev/shm" in w.reason
+
+
+@pytest.mark.parametrize(
+    ("images", "imgsz", "nranks", "mem", "expected_cache"),
+    [
+        (64, "640", 1, 24 * GIB, "ram"),
+        (10_000, "640", 1, 24 * GIB, "ram"),  # 22.9 GiB with margin: just fits
+        (10_000, "640", 1, 64 * GIB, "ram"),
+        (10_000, "640", 8, 64 * GIB, "False"),  # every rank keeps its own copy
+        (118_287, "640", 1, 256 * GIB, "False"),  # COCO train2017 at 640 px: ~290 GiB with margin
+        (118_287, "320", 1, 256 * GIB, "ram"),
+        (None, "640", 1, 24 * GIB, "ram"),  # unknown size, one rank: Ultralytics checks RAM itself
+        (None, "640", 2, 24 * GIB, "False"),
+    ],
+)
+def test_cache_from_ram(images: int | None, imgsz: str, nranks: int, mem: int, expected_cache: str) -> None:
+    resources = Resources(mem_available=mem, shm_free=0)  # no shm: workers 0, so shm takes no RAM
+    need = 2 * nranks * (images or 0) * 3 * int(imgsz) ** 2
+    got = values(
+        decide(
+            user_args={"imgsz": imgsz}, train_images=images, resources=resources, rank_cpus=2, nranks=nranks
+        )
+    )
+    if images is not None:  # the table row must agree with the arithmetic it documents
+        assert (need <= mem) == (expected_cache == "ram"), (need / GIB, mem / GIB)
+    assert got["cache"] == expected_cache
+
+
+def test_shm_in_use_counts_against_ram() -> None:
+    # 1000 images at 640 px need 2.3 GiB with margin; 8 workers' batches in shm take 1.8 GiB.
+    args = dict(user_args={}, train_images=1000, rank_cpus=8, nranks=1)
+    fits = decide(resources=Resources(mem_available=5 * GIB, shm_free=8 * GIB), **args)  # type: ignore[arg-type]
+    tight = decide(resources=Resources(mem_available=4 * GIB, shm_free=8 * GIB), **args)  # type: ignore[arg-type]
+    assert values(fits)["cache"] == "ram"
+    assert values(tight)["cache"] == "False"
+    assert "exceeds" in tight[1].reason
+
+
+def test_user_arguments_win() -> None:
+    got = decide(
+        user_args={"workers": "3", "cache": "disk"},
+        train_images=10,
+        resources=Resources(mem_available=64 * GIB, shm_free=64 * GIB),
+        rank_cpus=16,
+        nranks=1,
+    )
+    assert got == []
+
+
+def test_user_workers_size_the_shm_for_cache() -> None:
+    got = decide(
+        user_args={"workers": "4"},
+        train_images=10,
+        resources=Resources(mem_available=64 * GIB, shm_free=64 * GIB),
+        rank_cpus=16,
+        nranks=1,
+    )
+    assert [d.key for d in got] == ["cache"]
+
+
+def test_autobatch_sizes_shm_for_a_large_batch() -> None:
+    res = Resources(mem_available=64 * GIB, shm_free=12 * BATCH_640 * 4)  # four workers at batch 16
+    small = values(decide(user_args={}, train_images=1, resources=res, rank_cpus=16, nranks=1))
+    auto = values(decide(user_args={"batch": "-1"}, train_images=1, resources=res, rank_cpus=16, nranks=1))
+    assert small["workers"] == "4"
+    assert auto["workers"] == "1"
+
+
+def test_every_reason_is_one_line() -> None:
+    for shm in (0, 64 * MIB, 64 * GIB):
+        for images in (None, 5, 10**7):
+            for d in decide(
+                user_args={},
+                train_images=images,
+                resources=Resources(mem_available=8 * GIB, shm_free=shm),
+                rank_cpus=4,
+                nranks=2,
+            ):
+                assert d.reason and "\n" not in d.reason
+
+
+# ---------------------------------------------------------------------------------------------
+# Discovery on fake trees
+
+
+def fake_root(tmp_path: Path, meminfo_kb: int, cgroup_max: str | None = None, current: int = 0) -> Path:
+    (tmp_path / "proc").mkdir(parents=True)
+    (tmp_path / "proc/meminfo").write_text(
+        f"MemTotal:       99999999 kB\nMemFree:        1 kB\nMemAvailable:   {meminfo_kb} kB\n"
+    )
+    (tmp_path / "dev/shm").mkdir(parents=True)
+    if cgroup_max is not None:
+        cg = tmp_path / "sys/fs/cgroup"
+        cg.mkdir(parents=True)
+        (cg / "memory.max").write_text(cgroup_max + "\n")
+        (cg / "memory.current").write_text(f"{current}\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("meminfo_kb", "cgroup_max", "current", "expected"),
+    [
+        (16 * 1024 * 1024, None, 0, 16 * GIB),
+        (16 * 1024 * 1024, "max", 0, 16 * GIB),
+        (16 * 1024 * 1024, str(4 * GIB), GIB, 3 * GIB),  # a container limit below the host's RAM
+        (1024 * 1024, str(4 * GIB), 0, GIB),
+    ],
+)
+def test_read_resources(
+    tmp_path: Path, meminfo_kb: int, cgroup_max: str | None, current: int, expected: int
+) -> None:
+    res = read_resources(fake_root(tmp_path, meminfo_kb, cgroup_max, current))
+    assert res.mem_available == expected
+    assert res.shm_free > 0  # a real directory: statvfs of the filesystem under tmp_path
+
+
+def test_read_resources_missing_tree(tmp_path: Path) -> None:
+    assert read_resources(tmp_path) == Resources(mem_available=0, shm_free=0)
+
+
+@pytest.mark.parametrize("layout", ["dir", "txt"])
+def test_count_train_images(tmp_path: Path, layout: str) -> None:
+    assert count_train_images(str(make_dataset(tmp_path / "ds", 7, layout=layout)), tmp_path) == 7
+
+
+def test_count_relative_to_datasets_dir(tmp_path: Path) -> None:
+    make_dataset(tmp_path / "datasets/demo", 3, path="demo")
+    assert count_train_images("demo/data.yaml", tmp_path / "datasets") == 3
+
+
+@pytest.mark.parametrize("data", ["coco8.yaml", "/nonexistent/data.yaml"])
+def test_count_unknown(tmp_path: Path, data: str) -> None:
+    assert count_train_images(data, tmp_path) is None
+
+
+def test_launch_decisions_end_to_end(tmp_path: Path) -> None:
+    root = fake_root(tmp_path / "root", 16 * 1024 * 1024)
+    data = make_dataset(tmp_path / "ds", 5)
+    got = values(launch_decisions(user_args={}, data=str(data), rank_cpus=2, nranks=1, sys_root=root))
+    assert got["cache"] == "ram"
+    assert got["workers"] in {"0", "1", "2"}  # capped by the host filesystem's free space under tmp_path
