@@ -238,7 +238,7 @@ def test_secrets_reach_no_kernel_terminal_or_session(hws: Workstation) -> None:
     assert as_yolo(hws, "env | grep -c -E 'PASSWORD|TOKEN'; true").strip() == "0"
     # JupyterLab itself has the token from a file only yolo reads, not from its environment.
     # Read as yolo, like any login could (root in the container lacks CAP_SYS_PTRACE for this).
-    environ = as_yolo(hws, "tr '\\0' '\\n' < /proc/$(pgrep -o -u yolo -f 'rig[.]labserver')/environ")
+    environ = as_yolo(hws, "tr '\\0' '\\n' < /proc/$(pgrep -o -u yolo -f '[.]labserver')/environ")
     assert "PATH=" in environ and "TOKEN" not in environ and "PASSWORD" not in environ
     assert hws.exec("stat -c '%U %a' /run/rig/jupyter_token_config.json").split() == ["yolo", "600"]
     # The password still works: sshd's database got it.
