@@ -11,10 +11,8 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
-import logging
 import os
 import queue
-import re
 import signal
 import subprocess
 import threading
@@ -23,9 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import IO
 
-from rig import log
+from rig import log, servicelog
 from rig.services import ServiceSpec
 
 _logger = log.get("serve")
@@ -69,30 +66,6 @@ def after_exit(status: Status, now: float, policy: Policy) -> Status:
     return Status(State.BACKOFF, now, failures, now + delay)
 
 
-def classify(line: str) -> tuple[int, str]:
-    """The level of one line a service printed, and the line without its own timestamp."""
-    m = _JUPYTER.match(line)
-    if m:
-        text = f"{m['app']}: {m['msg']}" if m["app"] else m["msg"]
-        return _LETTER_LEVELS.get(m["level"], logging.INFO), text
-    m = _ABSL.match(line)
-    if m:
-        return _LETTER_LEVELS.get(m["level"], logging.INFO), m["msg"]
-    lowered = line.lower()
-    if lowered.startswith(("error:", "fatal:", "traceback (most recent call last)")):
-        return logging.ERROR, line
-    if lowered.startswith("warning:") or re.search(r"\b\w+Warning: ", line):
-        return logging.WARNING, line
-    return logging.INFO, line
-
-
-# Jupyter: "[W 2026-11-29 14:00:00.123 ServerApp] message"; absl (TensorBoard): "W1129 14:00:00.1 f.py:1] m".
-_JUPYTER = re.compile(r"^\[(?P<level>[DIWEC]) [\d\- :.]+(?: (?P<app>[\w.]+))?\] (?P<msg>.*)$")
-_ABSL = re.compile(r"^(?P<level>[DIWEF])\d{4} [\d:.]+\s+(?:\d+\s+)?\S+\] (?P<msg>.*)$")
-_LETTER_LEVELS = {"D": logging.DEBUG, "I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR}
-_LETTER_LEVELS.update(C=logging.CRITICAL, F=logging.CRITICAL)
-
-
 def listening(port: int, proc_root: Path = Path("/proc")) -> bool:
     """Whether a TCP socket listens on `port`, read from /proc/net/tcp{,6}.
 
@@ -125,15 +98,6 @@ def spawn(spec: ServiceSpec) -> subprocess.Popen[bytes]:
         group=spec.ids.gid if spec.ids else None,
         extra_groups=[] if spec.ids else None,
     )
-
-
-def _pump(stream: IO[bytes], logger: logging.Logger) -> None:
-    for raw in iter(stream.readline, b""):
-        line = raw.decode(errors="replace").rstrip()
-        if line:
-            level, text = classify(line)
-            logger.log(level, "%s", text)
-    stream.close()
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -201,7 +165,9 @@ class Supervisor:
             return
         self.procs[name] = proc
         assert proc.stdout is not None
-        pump = threading.Thread(target=_pump, args=(proc.stdout, logger), name=f"log-{name}", daemon=True)
+        pump = threading.Thread(
+            target=servicelog.pump, args=(proc.stdout, logger), name=f"log-{name}", daemon=True
+        )
         pump.start()
         self.pumps.append(pump)
         self._set(name, replace(self.status[name], state=State.STARTING, since=self.clock()))
