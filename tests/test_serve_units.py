@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -317,7 +318,23 @@ class _Records(logging.Handler):
         return [f"{r.name}: {r.getMessage()}" for r in self.records if r.levelno == level]
 
 
-def test_crash_restarts_only_that_service_then_fatal_and_term_stops_cleanly(tmp_path: Path) -> None:
+@pytest.fixture
+def records() -> Iterator[_Records]:
+    handler = _Records()
+    logger = logging.getLogger("rig")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+def test_crash_restarts_only_that_service_then_fatal_stops_everything_with_exit_1(
+    tmp_path: Path, records: _Records
+) -> None:
     events: queue.SimpleQueue[int] = queue.SimpleQueue()
     policy = Policy(max_failures=3, backoff_base=0.2, backoff_cap=0.4, stop_timeout=5)
     specs = [_spec("steady", "import time; time.sleep(60)", 1), _spec("crashy", "raise SystemExit(3)", 2)]
@@ -325,16 +342,27 @@ def test_crash_restarts_only_that_service_then_fatal_and_term_stops_cleanly(tmp_
         specs, events=events, policy=policy, state_file=tmp_path / "s.json", probe=lambda p: p == 1
     )
     result, thread = _run_in_thread(sup)
-    _wait(lambda: sup.status["crashy"].state is State.FATAL)
-    assert sup.status["crashy"].failures == 3
-    assert sup.status["steady"].state is State.RUNNING
+    _wait(lambda: sup.status["steady"].state is State.RUNNING)
     steady_pid = sup.procs["steady"].pid
-    assert '"fatal"' in (tmp_path / "s.json").read_text()
-    events.put(signal.SIGTERM)
-    thread.join(timeout=10)  # type: ignore[attr-defined]
-    assert result == [0]
+    thread.join(timeout=15)  # type: ignore[attr-defined]
+    assert result == [1]  # nobody asked it to stop: the FATAL service did
+    assert sup.status["crashy"].state is State.FATAL and sup.status["crashy"].failures == 3
     assert not _alive(steady_pid)
     assert sup.status["steady"].state is State.STOPPED
+    assert '"fatal"' in (tmp_path / "s.json").read_text()
+    errors = records.lines(logging.ERROR)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("rig.crashy: exited (code 3), 3 failures in a row (FATAL): stopping")
+    assert records.lines(logging.WARNING) == ["rig.crashy: exited (code 3); restarting in 0 s"] * 2
+    assert records.lines(logging.INFO)[-1] == "rig.serve: stopped"
+
+
+def test_a_service_that_cannot_start_goes_fatal_with_one_error_line(records: _Records) -> None:
+    spec = services.ServiceSpec("ghost", ("/nonexistent/ghost",), 1, {}, None, Path("/"))
+    sup = Supervisor([spec], policy=Policy(max_failures=2, backoff_base=0.1), probe=lambda p: False)
+    assert sup.run() == 1
+    errors = records.lines(logging.ERROR)
+    assert len(errors) == 1 and errors[0].startswith("rig.ghost: cannot start /nonexistent/ghost:"), errors
 
 
 def test_term_then_kill_after_the_deadline() -> None:

@@ -1,9 +1,11 @@
 """A small process supervisor: start services, restart a crashed one (bounded, with backoff), stop all.
 
-Vocabulary from supervisord (STARTING, RUNNING, BACKOFF, FATAL); stopping as gunicorn does it:
-TERM to every service, a deadline, KILL, reap. Signal handlers only put the signal on a queue
-(`queue.SimpleQueue.put` is reentrant, safe in a handler); the loop acts on it, and tests inject
-into the same queue instead of sending real signals. The transitions are pure functions below.
+Vocabulary from supervisord (STARTING, RUNNING, BACKOFF, FATAL). A FATAL service stops everything
+with exit code 1: a workstation without SSH is worth less than a restarted one, and the container's
+restart policy does the restart. Stopping is as gunicorn does it: TERM, a deadline, KILL, reap. Signal
+handlers only put the signal on a queue (`queue.SimpleQueue.put` is reentrant, safe in a handler);
+the loop acts on it, and tests inject into the same queue instead of sending real signals. The
+transitions are pure functions below.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ class Supervisor:
         self.pumps: list[threading.Thread] = []
 
     def run(self) -> int:
-        """Supervise until a stop signal; 0 after a clean stop, 1 when every service is FATAL."""
+        """Supervise until a stop signal; 0 after a clean stop, 1 once a service is FATAL."""
         for name in self.specs:
             self._start(name)
         while True:
@@ -145,8 +147,7 @@ class Supervisor:
                 if self.events.get(timeout=TICK) in STOP_SIGNALS:
                     return self.stop()
             self._tick()
-            if all(s.state is State.FATAL for s in self.status.values()):
-                _logger.error("every service failed; exiting (see the lines above for why)")
+            if any(s.state is State.FATAL for s in self.status.values()):
                 self.stop()
                 return 1
 
@@ -160,8 +161,7 @@ class Supervisor:
         try:
             proc = spawn(spec)
         except OSError as e:
-            logger.error("cannot start %s: %s", spec.argv[0], e)
-            self._set(name, after_exit(self.status[name], self.clock(), self.policy))
+            self._failed(name, f"cannot start {spec.argv[0]}: {e}")
             return
         self.procs[name] = proc
         assert proc.stdout is not None
@@ -172,6 +172,20 @@ class Supervisor:
         self.pumps.append(pump)
         self._set(name, replace(self.status[name], state=State.STARTING, since=self.clock()))
 
+    def _failed(self, name: str, how: str) -> None:
+        now = self.clock()
+        new = after_exit(self.status[name], now, self.policy)
+        self._set(name, new)
+        if new.state is State.FATAL:
+            log.get(name).error(
+                "%s, %d failures in a row (FATAL): stopping the workstation with exit code 1, so that "
+                "the container's restart policy starts it afresh",
+                how,
+                new.failures,
+            )
+        else:
+            log.get(name).warning("%s; restarting in %.0f s", how, new.retry_at - now)
+
     def _tick(self) -> None:
         now = self.clock()
         for name, status in self.status.items():
@@ -180,17 +194,10 @@ class Supervisor:
             if proc is not None and proc.poll() is not None:
                 del self.procs[name]
                 _signal_group(proc.pid, signal.SIGKILL)  # leftovers of the dead service's group
-                new = after_exit(status, now, self.policy)
-                self._set(name, new)
-                how = (
-                    f"killed by signal {-proc.returncode}"
-                    if proc.returncode < 0
-                    else f"code {proc.returncode}"
+                code = proc.returncode
+                self._failed(
+                    name, f"exited (killed by signal {-code})" if code < 0 else f"exited (code {code})"
                 )
-                if new.state is State.FATAL:
-                    logger.error("exited (%s), %d failures in a row: giving up (FATAL)", how, new.failures)
-                else:
-                    logger.warning("exited (%s); restarting in %.0f s", how, new.retry_at - now)
             elif status.state is State.STARTING and proc is not None:
                 if self.probe(self.specs[name].port):
                     self._set(name, replace(status, state=State.RUNNING, since=now))
@@ -214,9 +221,8 @@ class Supervisor:
             _signal_group(proc.pid, signal.SIGTERM)
         deadline = self.clock() + self.policy.stop_timeout
         while any(p.poll() is None for p in live.values()) and self.clock() < deadline:
-            with contextlib.suppress(queue.Empty):
-                if self.events.get(timeout=TICK) in (signal.SIGINT, signal.SIGTERM):
-                    break  # asked twice: do not wait any longer
+            if self._asked_again(TICK):
+                break
         for name, proc in live.items():
             if proc.poll() is None:
                 _logger.warning("%s did not stop within %.0f s; killing it", name, self.policy.stop_timeout)
@@ -231,6 +237,12 @@ class Supervisor:
         self._write_state()
         _logger.info("stopped")
         return 0
+
+    def _asked_again(self, timeout: float) -> bool:
+        """Wait up to `timeout` for events; True when a second TERM or Ctrl-C says: stop waiting."""
+        with contextlib.suppress(queue.Empty):
+            return self.events.get(timeout=timeout) in (signal.SIGINT, signal.SIGTERM)
+        return False
 
     def _write_state(self) -> None:
         if self.state_file is None:
