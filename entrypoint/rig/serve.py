@@ -2,7 +2,8 @@
 
 Order matters: every input is checked first (bad input exits with one line before anything
 listens), then state is prepared (host keys, token, session environment), then the supervisor
-starts the services and stays in the foreground until SIGTERM.
+starts the services and stays in the foreground until SIGTERM, which it passes on to the jobs of
+the users' sessions before stopping the services (rig.sessions).
 """
 
 from __future__ import annotations
@@ -25,15 +26,16 @@ STATE_FILE = Path("/run/rig/services.json")  # what `rig health` reads
 _logger = log.get("serve")
 
 
-def _stop_timeout(environ: dict[str, str]) -> float:
-    raw = environ.get("RIG_STOP_TIMEOUT", "10")
+def _seconds(environ: dict[str, str], name: str, default: str, low: float, high: float) -> float:
+    raw = environ.get(name, default)
     try:
         value = float(raw)
     except ValueError:
         value = -1
-    if not 0 < value <= 300:
+    if not low <= value <= high:
         raise RigError(
-            f"RIG_STOP_TIMEOUT={raw!r}: use seconds between 1 and 300, below compose's stop_grace_period"
+            f"{name}={raw!r}: use seconds between {low:g} and {high:g}; compose's stop_grace_period "
+            "(`docker stop -t`) must exceed RIG_SESSION_GRACE + RIG_STOP_TIMEOUT"
         )
     return value
 
@@ -76,7 +78,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     environ = dict(os.environ)
     names = services.enabled(environ)
     config = serveconfig.load(environ)
-    stop_timeout = _stop_timeout(environ)
+    # The users' jobs get TERM and this long to save their work; then the services get TERM and
+    # stop_timeout before KILL.
+    session_grace = _seconds(environ, "RIG_SESSION_GRACE", "90", 0, 3600)
+    stop_timeout = _seconds(environ, "RIG_STOP_TIMEOUT", "10", 1, 300)
     ids = users.current_ids()
 
     # Queue signals from here on: a TERM during the start is handled as a clean stop.
@@ -115,8 +120,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _logger.info("JupyterLab: %s (token: the one you set)", url)
 
     specs = services.plan(names, environ, token=token, password_login=config.password is not None, ids=ids)
-    policy = Policy(stop_timeout=stop_timeout)
-    return Supervisor(specs, events=events, policy=policy, state_file=STATE_FILE).run()
+    policy = Policy(session_grace=session_grace, stop_timeout=stop_timeout)
+    supervisor = Supervisor(specs, events=events, policy=policy, state_file=STATE_FILE, session_uid=ids.uid)
+    return supervisor.run()
 
 
 def register(sub: Any) -> None:

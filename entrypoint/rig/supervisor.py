@@ -2,7 +2,8 @@
 
 Vocabulary from supervisord (STARTING, RUNNING, BACKOFF, FATAL). A FATAL service stops everything
 with exit code 1: a workstation without SSH is worth less than a restarted one, and the container's
-restart policy does the restart. Stopping is as gunicorn does it: TERM, a deadline, KILL, reap. Signal
+restart policy does the restart. Stopping first gives the users' jobs SIGTERM and a grace period
+(rig.sessions), then stops the services as gunicorn does it: TERM, a deadline, KILL, reap. Signal
 handlers only put the signal on a queue (`queue.SimpleQueue.put` is reentrant, safe in a handler);
 the loop acts on it, and tests inject into the same queue instead of sending real signals. The
 transitions are pure functions below.
@@ -24,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
-from rig import log, servicelog
+from rig import log, servicelog, sessions
 from rig.services import ServiceSpec
 
 _logger = log.get("serve")
@@ -47,7 +48,8 @@ class Policy:
     backoff_cap: float = 30.0
     stable_after: float = 60.0  # this long RUNNING and the failure count starts over
     start_timeout: float = 120.0  # STARTING this long without answering counts as a failure
-    stop_timeout: float = 10.0  # TERM, then KILL after this
+    session_grace: float = 90.0  # the users' jobs: TERM, then this long to save and exit
+    stop_timeout: float = 10.0  # the services: TERM, then KILL after this
 
 
 @dataclass(frozen=True)
@@ -127,13 +129,18 @@ class Supervisor:
         state_file: Path | None = None,
         probe: Callable[[int], bool] = listening,
         clock: Callable[[], float] = time.monotonic,
+        session_uid: int | None = None,
+        read_procs: Callable[[], Sequence[sessions.Proc]] = sessions.read_proc,
     ) -> None:
+        """`session_uid`: whose sessions' jobs to stop first, found by `read_procs` (None: no one)."""
         self.specs = {s.name: s for s in specs}
         self.events: queue.SimpleQueue[int] = events if events is not None else queue.SimpleQueue()
         self.policy = policy
         self.state_file = state_file
         self.probe = probe
         self.clock = clock
+        self.session_uid = session_uid
+        self.read_procs = read_procs
         self.status = {name: Status(State.STOPPED, clock()) for name in self.specs}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.pumps: list[threading.Thread] = []
@@ -213,7 +220,9 @@ class Supervisor:
                 self._start(name)
 
     def stop(self) -> int:
-        """TERM every service, wait up to the deadline, KILL what is left, reap everything."""
+        """The users' jobs first (TERM, a grace period), then every service: TERM, a deadline, KILL,
+        reap everything."""
+        self._stop_sessions()
         live = dict(self.procs)
         if live:
             _logger.info("stopping %s", ", ".join(live))
@@ -243,6 +252,49 @@ class Supervisor:
         with contextlib.suppress(queue.Empty):
             return self.events.get(timeout=timeout) in (signal.SIGINT, signal.SIGTERM)
         return False
+
+    def _stop_sessions(self) -> None:
+        """TERM to the top of every job of the users' sessions, then wait for all of them to exit.
+
+        Looked at again every tick: an orphan becomes a top, and what a job (a shell script) starts
+        meanwhile gets TERM too.
+        """
+        if self.session_uid is None:
+            return
+        started = self.clock()
+        deadline = started + self.policy.session_grace
+        sent: set[sessions.Key] = set()
+        known: frozenset[sessions.Key] | None = None
+        # Each service leads its own session (spawn's start_new_session): its pid is its sid.
+        service_sids = frozenset(p.pid for p in self.procs.values())
+        while True:
+            plan = sessions.plan(self.read_procs(), self.session_uid, service_sids, {os.getpid()}, known)
+            known = plan.known
+            new = [p for p in plan.term if (p.pid, p.start) not in sent]
+            for proc in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+                sent.add((proc.pid, proc.start))
+            if new:
+                _logger.info(
+                    "SIGTERM to the sessions' jobs: %s; waiting up to %.0f s for them to exit",
+                    sessions.describe(new),
+                    max(0.0, deadline - self.clock()),
+                )
+            if not plan.wait:
+                break
+            if self.clock() >= deadline:
+                _logger.warning(
+                    "sessions' jobs still running after %.0f s (RIG_SESSION_GRACE): %s; stopping anyway",
+                    self.policy.session_grace,
+                    sessions.describe(plan.wait),
+                )
+                return
+            if self._asked_again(TICK):
+                _logger.warning("asked again: not waiting for %s", sessions.describe(plan.wait))
+                return
+        if sent:
+            _logger.info("the sessions' jobs exited after %.1f s", self.clock() - started)
 
     def _write_state(self) -> None:
         if self.state_file is None:
