@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 
-def wait_until(condition: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:
+def wait_until(condition: Callable[[], Any], timeout: float = 15, interval: float = 0.2) -> Any:
     """Poll until condition() is truthy; return its value or fail the test with the last error."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None

@@ -16,7 +16,7 @@ import requests
 
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import TERMINAL_CLIENT, Workstation, start, up
+from tests.helpers.workstation import KERNEL_CELL, TERMINAL_CLIENT, Workstation, start, up
 
 pytestmark = pytest.mark.image
 
@@ -47,41 +47,6 @@ WRITABLE_BY_DESIGN = (
     # point's own type, a file, not the device).
     "/run/secrets/authorized_keys",
 )
-
-KERNEL_CLIENT = r"""
-import json, sys, uuid
-from tornado import ioloop, websocket, httpclient
-token = sys.argv[1]
-code = sys.argv[2]
-async def main():
-    http = httpclient.AsyncHTTPClient()
-    r = await http.fetch('http://127.0.0.1:8888/api/kernels', method='POST', body='{}',
-                         headers={'Authorization': 'token ' + token})
-    kid = json.loads(r.body)['id']
-    ws = await websocket.websocket_connect(f'ws://127.0.0.1:8888/api/kernels/{kid}/channels?token={token}')
-    msg_id = uuid.uuid4().hex
-    ws.write_message(json.dumps({
-        'header': {'msg_id': msg_id, 'username': 't', 'session': uuid.uuid4().hex,
-                   'msg_type': 'execute_request', 'version': '5.3'},
-        'parent_header': {}, 'metadata': {}, 'channel': 'shell', 'buffers': [],
-        'content': {'code': code, 'silent': False, 'store_history': False, 'user_expressions': {},
-                    'allow_stdin': False, 'stop_on_error': True}}))
-    out = ''
-    while True:
-        msg = json.loads(await ws.read_message())
-        if msg.get('parent_header', {}).get('msg_id') != msg_id:
-            continue
-        if msg['msg_type'] == 'stream':
-            out += msg['content']['text']
-        if msg['msg_type'] == 'error':
-            out += 'ERROR ' + msg['content']['evalue']
-        if msg['msg_type'] == 'status' and msg['content']['execution_state'] == 'idle':
-            break
-    print('KERNEL-OUTPUT:' + out)
-    await http.fetch(f'http://127.0.0.1:8888/api/kernels/{kid}', method='DELETE',
-                     headers={'Authorization': 'token ' + token})
-ioloop.IOLoop.current().run_sync(main, timeout=60)
-"""
 
 
 @pytest.fixture(scope="module")
@@ -216,20 +181,9 @@ def test_a_key_added_in_a_session_never_logs_in(hws: Workstation) -> None:
 # ---- 5, 6: secrets stay with their consumers -----------------------------------------------------
 def test_secrets_reach_no_kernel_terminal_or_session(hws: Workstation) -> None:
     code = "import os; print(sorted(k for k in os.environ if 'PASSWORD' in k or 'TOKEN' in k))"
-    result = hws.compose(
-        "exec",
-        "-T",
-        "workstation",
-        "timeout",
-        "70",
-        "python",
-        "-",
-        TOKEN,
-        code,
-        input=KERNEL_CLIENT,
-        check=False,
-    )
-    assert "KERNEL-OUTPUT:[]" in result.stdout, result.stdout + result.stderr
+    args = ("exec", "-T", "workstation", "timeout", "70", "python", "-", code, "reply", TOKEN)
+    result = hws.compose(*args, input=KERNEL_CELL, check=False)
+    assert "OUTPUT:[]" in result.stdout, result.stdout + result.stderr
     probe = TERMINAL_CLIENT.replace("open('/var/lib/rig/jupyter_token').read().strip()", repr(TOKEN)).replace(
         "$(id -un)", "$(env | grep -c -e PASSWORD -e TOKEN)"
     )

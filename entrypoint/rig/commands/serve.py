@@ -2,7 +2,8 @@
 
 Order matters: every input is checked first (bad input exits with one line before anything
 listens), then state is prepared (host keys, token, session environment), then the supervisor
-starts the services and stays in the foreground until SIGTERM.
+starts the services and stays in the foreground until SIGTERM, which it passes on to the jobs of
+the users' sessions before stopping the services (rig.sessions).
 """
 
 from __future__ import annotations
@@ -26,15 +27,16 @@ STATE_FILE = paths.RUN / "services.json"  # what `rig health` reads
 _logger = log.get("serve")
 
 
-def _stop_timeout(environ: dict[str, str]) -> float:
-    raw = environ.get("RIG_STOP_TIMEOUT", "10")
+def _seconds(environ: dict[str, str], name: str, default: str, low: float, high: float) -> float:
+    raw = environ.get(name, default)
     try:
         value = float(raw)
     except ValueError:
         value = -1
-    if not 0 < value <= 300:
+    if not low <= value <= high:
         raise RigError(
-            f"RIG_STOP_TIMEOUT={raw!r}: use seconds between 1 and 300, below compose's stop_grace_period"
+            f"{name}={raw!r}: use seconds between {low:g} and {high:g}; compose's stop_grace_period "
+            "(`docker stop -t`) must exceed RIG_SESSION_GRACE + RIG_STOP_TIMEOUT"
         )
     return value
 
@@ -63,7 +65,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     names = services.enabled(environ)
     ids = users.current_ids()
     config = serveconfig.load(environ, ids=ids)
-    stop_timeout = _stop_timeout(environ)
+    # The users' jobs get TERM and this long to save their work; then the services get TERM and
+    # stop_timeout before KILL.
+    session_grace = _seconds(environ, "RIG_SESSION_GRACE", "90", 0, 3600)
+    stop_timeout = _seconds(environ, "RIG_STOP_TIMEOUT", "10", 1, 300)
 
     # Queue signals from here on: a TERM during the start is handled as a clean stop.
     STATE_FILE.unlink(missing_ok=True)  # a restarted container must not look healthy from the last run
@@ -104,8 +109,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _logger.info("JupyterLab: %s (token: the one you set)", url)
 
     specs = services.plan(names, environ, password_login=config.password is not None, ids=ids)
-    policy = Policy(stop_timeout=stop_timeout)
-    return Supervisor(specs, events=events, policy=policy, state_file=STATE_FILE).run()
+    policy = Policy(session_grace=session_grace, stop_timeout=stop_timeout)
+    supervisor = Supervisor(specs, events=events, policy=policy, state_file=STATE_FILE, session_uid=ids.uid)
+    return supervisor.run()
 
 
 def register(sub: Any) -> None:

@@ -1,9 +1,12 @@
 """A small process supervisor: start services, restart a crashed one (bounded, with backoff), stop all.
 
-Vocabulary from supervisord (STARTING, RUNNING, BACKOFF, FATAL); stopping as gunicorn does it:
-TERM to every service, a deadline, KILL, reap. Signal handlers only put the signal on a queue
-(`queue.SimpleQueue.put` is reentrant, safe in a handler); the loop acts on it, and tests inject
-into the same queue instead of sending real signals. The transitions are pure functions below.
+Vocabulary from supervisord (STARTING, RUNNING, BACKOFF, FATAL). A FATAL service stops everything
+with exit code 1: a workstation without SSH is worth less than a restarted one, and the container's
+restart policy does the restart. Stopping first gives the users' jobs SIGTERM and a grace period
+(rig.sessions), then stops the services as gunicorn does it: TERM, a deadline, KILL, reap. Signal
+handlers only put the signal on a queue (`queue.SimpleQueue.put` is reentrant, safe in a handler);
+the loop acts on it, and tests inject into the same queue instead of sending real signals. The
+transitions are pure functions below.
 """
 
 from __future__ import annotations
@@ -11,10 +14,8 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
-import logging
 import os
 import queue
-import re
 import signal
 import subprocess
 import threading
@@ -23,9 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import IO
 
 from rig import log
+from rig.workstation import servicelog, sessions
 from rig.workstation.spec import ServiceSpec
 
 _logger = log.get("serve")
@@ -48,7 +49,8 @@ class Policy:
     backoff_cap: float = 30.0
     stable_after: float = 60.0  # this long RUNNING and the failure count starts over
     start_timeout: float = 120.0  # STARTING this long without answering counts as a failure
-    stop_timeout: float = 10.0  # TERM, then KILL after this
+    session_grace: float = 90.0  # the users' jobs: TERM, then this long to save and exit
+    stop_timeout: float = 10.0  # the services: TERM, then KILL after this
 
 
 @dataclass(frozen=True)
@@ -67,30 +69,6 @@ def after_exit(status: Status, now: float, policy: Policy) -> Status:
         return Status(State.FATAL, now, failures)
     delay = min(policy.backoff_cap, policy.backoff_base * 2 ** (failures - 1))
     return Status(State.BACKOFF, now, failures, now + delay)
-
-
-def classify(line: str) -> tuple[int, str]:
-    """The level of one line a service printed, and the line without its own timestamp."""
-    m = _JUPYTER.match(line)
-    if m:
-        text = f"{m['app']}: {m['msg']}" if m["app"] else m["msg"]
-        return _LETTER_LEVELS.get(m["level"], logging.INFO), text
-    m = _ABSL.match(line)
-    if m:
-        return _LETTER_LEVELS.get(m["level"], logging.INFO), m["msg"]
-    lowered = line.lower()
-    if lowered.startswith(("error:", "fatal:", "traceback (most recent call last)")):
-        return logging.ERROR, line
-    if lowered.startswith("warning:") or re.search(r"\b\w+Warning: ", line):
-        return logging.WARNING, line
-    return logging.INFO, line
-
-
-# Jupyter: "[W 2026-11-29 14:00:00.123 ServerApp] message"; absl (TensorBoard): "W1129 14:00:00.1 f.py:1] m".
-_JUPYTER = re.compile(r"^\[(?P<level>[DIWEC]) [\d\- :.]+(?: (?P<app>[\w.]+))?\] (?P<msg>.*)$")
-_ABSL = re.compile(r"^(?P<level>[DIWEF])\d{4} [\d:.]+\s+(?:\d+\s+)?\S+\] (?P<msg>.*)$")
-_LETTER_LEVELS = {"D": logging.DEBUG, "I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR}
-_LETTER_LEVELS.update(C=logging.CRITICAL, F=logging.CRITICAL)
 
 
 def listening(port: int, proc_root: Path = Path("/proc")) -> bool:
@@ -127,15 +105,6 @@ def spawn(spec: ServiceSpec) -> subprocess.Popen[bytes]:
     )
 
 
-def _pump(stream: IO[bytes], logger: logging.Logger) -> None:
-    for raw in iter(stream.readline, b""):
-        line = raw.decode(errors="replace").rstrip()
-        if line:
-            level, text = classify(line)
-            logger.log(level, "%s", text)
-    stream.close()
-
-
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -161,19 +130,24 @@ class Supervisor:
         state_file: Path | None = None,
         probe: Callable[[int], bool] = listening,
         clock: Callable[[], float] = time.monotonic,
+        session_uid: int | None = None,
+        read_procs: Callable[[], Sequence[sessions.Proc]] = sessions.read_proc,
     ) -> None:
+        """`session_uid`: whose sessions' jobs to stop first, found by `read_procs` (None: no one)."""
         self.specs = {s.name: s for s in specs}
         self.events: queue.SimpleQueue[int] = events if events is not None else queue.SimpleQueue()
         self.policy = policy
         self.state_file = state_file
         self.probe = probe
         self.clock = clock
+        self.session_uid = session_uid
+        self.read_procs = read_procs
         self.status = {name: Status(State.STOPPED, clock()) for name in self.specs}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.pumps: list[threading.Thread] = []
 
     def run(self) -> int:
-        """Supervise until a stop signal; 0 after a clean stop, 1 when every service is FATAL."""
+        """Supervise until a stop signal; 0 after a clean stop, 1 once a service is FATAL."""
         for name in self.specs:
             self._start(name)
         while True:
@@ -181,8 +155,7 @@ class Supervisor:
                 if self.events.get(timeout=TICK) in STOP_SIGNALS:
                     return self.stop()
             self._tick()
-            if all(s.state is State.FATAL for s in self.status.values()):
-                _logger.error("every service failed; exiting (see the lines above for why)")
+            if any(s.state is State.FATAL for s in self.status.values()):
                 self.stop()
                 return 1
 
@@ -196,15 +169,30 @@ class Supervisor:
         try:
             proc = spawn(spec)
         except OSError as e:
-            logger.error("cannot start %s: %s", spec.argv[0], e)
-            self._set(name, after_exit(self.status[name], self.clock(), self.policy))
+            self._failed(name, f"cannot start {spec.argv[0]}: {e}")
             return
         self.procs[name] = proc
         assert proc.stdout is not None
-        pump = threading.Thread(target=_pump, args=(proc.stdout, logger), name=f"log-{name}", daemon=True)
+        pump = threading.Thread(
+            target=servicelog.pump, args=(proc.stdout, logger), name=f"log-{name}", daemon=True
+        )
         pump.start()
         self.pumps.append(pump)
         self._set(name, replace(self.status[name], state=State.STARTING, since=self.clock()))
+
+    def _failed(self, name: str, how: str) -> None:
+        now = self.clock()
+        new = after_exit(self.status[name], now, self.policy)
+        self._set(name, new)
+        if new.state is State.FATAL:
+            log.get(name).error(
+                "%s, %d failures in a row (FATAL): stopping the workstation with exit code 1, so that "
+                "the container's restart policy starts it afresh",
+                how,
+                new.failures,
+            )
+        else:
+            log.get(name).warning("%s; restarting in %.0f s", how, new.retry_at - now)
 
     def _tick(self) -> None:
         now = self.clock()
@@ -214,17 +202,10 @@ class Supervisor:
             if proc is not None and proc.poll() is not None:
                 del self.procs[name]
                 _signal_group(proc.pid, signal.SIGKILL)  # leftovers of the dead service's group
-                new = after_exit(status, now, self.policy)
-                self._set(name, new)
-                how = (
-                    f"killed by signal {-proc.returncode}"
-                    if proc.returncode < 0
-                    else f"code {proc.returncode}"
+                code = proc.returncode
+                self._failed(
+                    name, f"exited (killed by signal {-code})" if code < 0 else f"exited (code {code})"
                 )
-                if new.state is State.FATAL:
-                    logger.error("exited (%s), %d failures in a row: giving up (FATAL)", how, new.failures)
-                else:
-                    logger.warning("exited (%s); restarting in %.0f s", how, new.retry_at - now)
             elif status.state is State.STARTING and proc is not None:
                 if self.probe(self.specs[name].port):
                     self._set(name, replace(status, state=State.RUNNING, since=now))
@@ -240,7 +221,9 @@ class Supervisor:
                 self._start(name)
 
     def stop(self) -> int:
-        """TERM every service, wait up to the deadline, KILL what is left, reap everything."""
+        """The users' jobs first (TERM, a grace period), then every service: TERM, a deadline, KILL,
+        reap everything."""
+        self._stop_sessions()
         live = dict(self.procs)
         if live:
             _logger.info("stopping %s", ", ".join(live))
@@ -248,9 +231,8 @@ class Supervisor:
             _signal_group(proc.pid, signal.SIGTERM)
         deadline = self.clock() + self.policy.stop_timeout
         while any(p.poll() is None for p in live.values()) and self.clock() < deadline:
-            with contextlib.suppress(queue.Empty):
-                if self.events.get(timeout=TICK) in (signal.SIGINT, signal.SIGTERM):
-                    break  # asked twice: do not wait any longer
+            if self._asked_again(TICK):
+                break
         for name, proc in live.items():
             if proc.poll() is None:
                 _logger.warning("%s did not stop within %.0f s; killing it", name, self.policy.stop_timeout)
@@ -265,6 +247,55 @@ class Supervisor:
         self._write_state()
         _logger.info("stopped")
         return 0
+
+    def _asked_again(self, timeout: float) -> bool:
+        """Wait up to `timeout` for events; True when a second TERM or Ctrl-C says: stop waiting."""
+        with contextlib.suppress(queue.Empty):
+            return self.events.get(timeout=timeout) in (signal.SIGINT, signal.SIGTERM)
+        return False
+
+    def _stop_sessions(self) -> None:
+        """TERM to the top of every job of the users' sessions, then wait for all of them to exit.
+
+        Looked at again every tick: an orphan becomes a top, and what a job (a shell script) starts
+        meanwhile gets TERM too.
+        """
+        if self.session_uid is None:
+            return
+        started = self.clock()
+        deadline = started + self.policy.session_grace
+        sent: set[sessions.Key] = set()
+        known: frozenset[sessions.Key] | None = None
+        # Each service leads its own session (spawn's start_new_session): its pid is its sid.
+        service_sids = frozenset(p.pid for p in self.procs.values())
+        while True:
+            plan = sessions.plan(self.read_procs(), self.session_uid, service_sids, {os.getpid()}, known)
+            known = plan.known
+            new = [p for p in plan.term if (p.pid, p.start) not in sent]
+            for proc in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+                sent.add((proc.pid, proc.start))
+            if new:
+                _logger.info(
+                    "SIGTERM to the sessions' jobs: %s; waiting up to %.0f s for them to exit",
+                    sessions.describe(new),
+                    max(0.0, deadline - self.clock()),
+                )
+            if not plan.wait:
+                break
+            if self.clock() >= deadline:
+                _logger.warning(
+                    "sessions' jobs still running after %.0f s (RIG_SESSION_GRACE): %s; stopping anyway",
+                    self.policy.session_grace,
+                    sessions.describe(plan.wait),
+                )
+                return
+            if self._asked_again(TICK):
+                _logger.warning("asked again: not waiting for %s", sessions.describe(plan.wait))
+                return
+        if sent:
+            _logger.info("the sessions' jobs exited after %.1f s", self.clock() - started)
 
     def _write_state(self) -> None:
         if self.state_file is None:

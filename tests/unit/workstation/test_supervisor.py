@@ -1,4 +1,5 @@
-"""The supervisor: pure transitions, then real child processes with signals injected into its queue."""
+"""The supervisor: pure transitions, real child processes with signals injected into its queue,
+stopping the users' jobs first (a fake /proc), and bounded service output."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import logging
 import os
 import queue
 import signal
+import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from rig.workstation import services
-from rig.workstation.supervisor import Policy, State, Status, Supervisor, after_exit, classify, listening
+from rig.errors import RigError
+from rig.workstation import services, sessions
+from rig.workstation.servicelog import Lines, classify, pump
+from rig.workstation.supervisor import Policy, State, Status, Supervisor, after_exit, listening
 
 from tests.helpers.waiting import wait_until
 
@@ -99,7 +104,37 @@ def _run_in_thread(sup: Supervisor) -> tuple[list[int], object]:
     return result, thread
 
 
-def test_crash_restarts_only_that_service_then_fatal_and_term_stops_cleanly(tmp_path: Path) -> None:
+class _Records(logging.Handler):
+    """rig's log records, whether or not log.setup() has stopped their propagation."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def lines(self, level: int) -> list[str]:
+        return [f"{r.name}: {r.getMessage()}" for r in self.records if r.levelno == level]
+
+
+@pytest.fixture
+def records() -> Iterator[_Records]:
+    handler = _Records()
+    logger = logging.getLogger("rig")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+def test_crash_restarts_only_that_service_then_fatal_stops_everything_with_exit_1(
+    tmp_path: Path, records: _Records
+) -> None:
     events: queue.SimpleQueue[int] = queue.SimpleQueue()
     policy = Policy(max_failures=3, backoff_base=0.2, backoff_cap=0.4, stop_timeout=5)
     specs = [_spec("steady", "import time; time.sleep(60)", 1), _spec("crashy", "raise SystemExit(3)", 2)]
@@ -107,16 +142,27 @@ def test_crash_restarts_only_that_service_then_fatal_and_term_stops_cleanly(tmp_
         specs, events=events, policy=policy, state_file=tmp_path / "s.json", probe=lambda p: p == 1
     )
     result, thread = _run_in_thread(sup)
-    wait_until(lambda: sup.status["crashy"].state is State.FATAL, timeout=15, interval=0.05)
-    assert sup.status["crashy"].failures == 3
-    assert sup.status["steady"].state is State.RUNNING
+    wait_until(lambda: sup.status["steady"].state is State.RUNNING)
     steady_pid = sup.procs["steady"].pid
-    assert '"fatal"' in (tmp_path / "s.json").read_text()
-    events.put(signal.SIGTERM)
-    thread.join(timeout=10)  # type: ignore[attr-defined]
-    assert result == [0]
+    thread.join(timeout=15)  # type: ignore[attr-defined]
+    assert result == [1]  # nobody asked it to stop: the FATAL service did
+    assert sup.status["crashy"].state is State.FATAL and sup.status["crashy"].failures == 3
     assert not _alive(steady_pid)
     assert sup.status["steady"].state is State.STOPPED
+    assert '"fatal"' in (tmp_path / "s.json").read_text()
+    errors = records.lines(logging.ERROR)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("rig.crashy: exited (code 3), 3 failures in a row (FATAL): stopping")
+    assert records.lines(logging.WARNING) == ["rig.crashy: exited (code 3); restarting in 0 s"] * 2
+    assert records.lines(logging.INFO)[-1] == "rig.serve: stopped"
+
+
+def test_a_service_that_cannot_start_goes_fatal_with_one_error_line(records: _Records) -> None:
+    spec = services.ServiceSpec("ghost", ("/nonexistent/ghost",), 1, {}, None, Path("/"))
+    sup = Supervisor([spec], policy=Policy(max_failures=2, backoff_base=0.1), probe=lambda p: False)
+    assert sup.run() == 1
+    errors = records.lines(logging.ERROR)
+    assert len(errors) == 1 and errors[0].startswith("rig.ghost: cannot start /nonexistent/ghost:"), errors
 
 
 def test_term_then_kill_after_the_deadline() -> None:
@@ -126,7 +172,7 @@ def test_term_then_kill_after_the_deadline() -> None:
         [_spec("stubborn", stubborn, 1)], events=events, policy=Policy(stop_timeout=1), probe=lambda p: True
     )
     result, thread = _run_in_thread(sup)
-    wait_until(lambda: sup.status["stubborn"].state is State.RUNNING, timeout=15, interval=0.05)
+    wait_until(lambda: sup.status["stubborn"].state is State.RUNNING)
     time.sleep(0.3)  # let it install its SIG_IGN
     pid = sup.procs["stubborn"].pid
     started = time.monotonic()
@@ -142,3 +188,311 @@ def test_every_service_fatal_exits_non_zero() -> None:
         [_spec("bad", "raise SystemExit(1)", 1)], policy=Policy(max_failures=2, backoff_base=0.1)
     )
     assert sup.run() == 1
+
+
+# ---- stopping: the users' jobs first ---------------------------------------------------------------
+YOLO = 4321
+
+
+def _fake_proc(root: Path, procs: list[tuple[int, int, int, int, str, str]]) -> Path:
+    """A /proc tree: (pid, ppid, sid, uid, comm, state) per process, plus files that are no process."""
+    for pid, ppid, sid, uid, comm, state in procs:
+        d = root / str(pid)
+        d.mkdir(parents=True)
+        # Fields after "(comm)": state ppid pgrp session tty tpgid flags ... field 22 is starttime.
+        rest = [state, ppid, pid, sid, 0, -1, 4194560, *[0] * 12, 1000 + pid, 0]
+        (d / "stat").write_text(f"{pid} ({comm}) " + " ".join(map(str, rest)) + "\n")
+        (d / "status").write_text(f"Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t1\t1\t1\t1\n")
+    (root / "self").mkdir()
+    (root / "net").mkdir()
+    (root / "uptime").write_text("1.0 1.0\n")
+    return root
+
+
+# The container as `ps` shows it with an SSH session, a Jupyter terminal and a kernel busy.
+WORKSTATION = [
+    (1, 0, 1, 0, "tini", "S"),
+    (7, 1, 1, 0, "rig", "S"),  # rig serve
+    (19, 7, 19, 0, "sshd", "S"),  # the sshd service
+    (21, 7, 21, YOLO, "python", "S"),  # JupyterLab, its own session
+    (23, 7, 23, YOLO, "tensorboard", "S"),
+    (26, 23, 23, YOLO, "server", "S"),  # TensorBoard's data server: part of that service
+    (40, 19, 40, 0, "sshd", "S"),  # `sshd: yolo [priv]`
+    (41, 40, 40, YOLO, "sshd", "S"),  # `sshd: yolo@pts/0`: hangs up the session on TERM
+    (42, 41, 42, YOLO, "bash", "S"),  # the login shell, idle
+    (43, 42, 43, YOLO, "rig", "R"),  # `rig train` in the foreground (the trainer after exec)
+    (44, 43, 43, YOLO, "pt_data_worker", "S"),  # its DataLoader worker: TERM would crash the trainer
+    (50, 1, 45, YOLO, "python", "S"),  # `nohup python job.py &` over SSH: orphaned to PID 1
+    (60, 21, 60, YOLO, "bash", "S"),  # a Jupyter terminal
+    (61, 60, 61, YOLO, "torchrun", "S"),
+    (62, 61, 61, YOLO, "python", "R"),  # a rank: torchrun forwards TERM itself
+    (70, 21, 70, YOLO, "python", "S"),  # a notebook kernel
+    (71, 60, 71, YOLO, "tmux", "S"),
+    (72, 71, 72, YOLO, "python (x) y", "S"),  # a job in tmux, odd name
+    (80, 42, 43, YOLO, "sleep", "Z"),  # a zombie
+    (90, 1, 90, 1001, "python", "S"),  # someone else's
+    (99, 7, 99, YOLO, "python", "S"),  # excluded by the caller
+]
+
+
+def test_session_processes_from_a_fake_proc(tmp_path: Path) -> None:
+    procs = sessions.read_proc(_fake_proc(tmp_path, WORKSTATION))
+    assert 80 not in {p.pid for p in procs}  # zombies are gone already
+    odd = next(p for p in procs if p.pid == 72)
+    assert (odd.comm, odd.ppid, odd.sid, odd.uid, odd.start) == ("python (x) y", 71, 72, YOLO, 1072)
+    plan = sessions.plan(procs, YOLO, service_sids={19, 21, 23}, exclude={7, 99})
+    assert sorted(p.pid for p in plan.term) == [43, 50, 61, 70, 72]
+    assert sorted(p.pid for p in plan.wait) == [43, 44, 50, 61, 62, 70, 72]
+    assert sorted(pid for pid, _ in plan.known) == [41, 42, 43, 44, 50, 60, 61, 62, 70, 71, 72]
+
+
+def test_later_looks_follow_the_jobs_not_newcomers(tmp_path: Path) -> None:
+    first = sessions.plan(
+        sessions.read_proc(_fake_proc(tmp_path / "1", WORKSTATION)), YOLO, {19, 21, 23}, {7, 99}
+    )
+    later = [row for row in WORKSTATION if row[0] not in (43, 44, 70)] + [
+        (100, 42, 43, YOLO, "sleep", "S"),  # the login shell's next command
+        (101, 100, 43, YOLO, "python", "S"),  # ...and its child
+        (102, 21, 102, YOLO, "python", "S"),  # the kernel Jupyter restarted after its TERM
+        (103, 19, 103, YOLO, "sshd", "S"),  # a login that began during the stop
+        (104, 103, 104, YOLO, "python", "S"),
+    ]
+    procs = sessions.read_proc(_fake_proc(tmp_path / "2", later))
+    plan = sessions.plan(procs, YOLO, {19, 21, 23}, {7, 99}, first.known)
+    assert sorted(p.pid for p in plan.term) == [50, 61, 72, 100]
+    assert sorted(p.pid for p in plan.wait) == [50, 61, 62, 72, 100, 101]
+
+
+def test_session_plan_with_nothing_running(tmp_path: Path) -> None:
+    idle = [row for row in WORKSTATION if row[0] in (1, 7, 19, 21, 23, 26, 40, 41, 42, 60, 71)]
+    plan = sessions.plan(sessions.read_proc(_fake_proc(tmp_path, idle)), YOLO, {19, 21, 23}, {7})
+    assert (plan.term, plan.wait) == ((), ())
+
+
+def test_read_proc_sees_this_process() -> None:
+    me = next(p for p in sessions.read_proc() if p.pid == os.getpid())
+    assert (me.ppid, me.uid, me.sid) == (os.getppid(), os.getuid(), os.getsid(0))
+
+
+@pytest.mark.parametrize(
+    ("comm", "wait", "why"),
+    [
+        ("python", True, "a job"),
+        ("rig", True, "a job"),
+        ("torchrun", True, "a job"),
+        ("bash", False, "ignores SIGTERM"),
+        ("sh", False, "ignores SIGTERM"),
+        ("zsh", False, "ignores SIGTERM"),
+        ("tmux", False, "hang up"),
+        ("screen", False, "hang up"),
+        ("sshd", False, "hang up"),
+    ],
+)
+def test_wait_for_jobs_not_for_shells_and_terminals(comm: str, wait: bool, why: str) -> None:
+    got, reason = sessions.wait_for(sessions.Proc(1, 0, 1, YOLO, comm))
+    assert got is wait and why in reason
+
+
+def _children(children: dict[str, subprocess.Popen[bytes]]) -> Callable[[], list[sessions.Proc]]:
+    """A /proc of the test's own children only, named as given: never the host's processes."""
+
+    def read() -> list[sessions.Proc]:
+        me = os.getpid()
+        return [
+            sessions.Proc(p.pid, me, p.pid, YOLO, comm) for comm, p in children.items() if p.poll() is None
+        ]
+
+    return read
+
+
+SAVES_ON_TERM = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1), open(sys.argv[1], 'w').write(str(time.time())),"
+    " sys.exit(0)))\n"
+    "open(sys.argv[1] + '.ready', 'w').close()\n"
+    "time.sleep(60)\n"
+)
+IGNORES_TERM = (
+    "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "open(sys.argv[1], 'w').close(); time.sleep(60)"
+)
+
+
+def test_stop_waits_for_jobs_then_stops_services_and_skips_idle_shells(
+    tmp_path: Path, records: _Records
+) -> None:
+    job = subprocess.Popen([sys.executable, "-c", SAVES_ON_TERM, str(tmp_path / "saved")])
+    shell = subprocess.Popen([sys.executable, "-c", IGNORES_TERM, str(tmp_path / "shell.ready")])
+    service_code = (
+        "import signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *a: (open({str(tmp_path / 'svc')!r}, 'w')"
+        ".write(str(time.time())), sys.exit(0)))\n"
+        "time.sleep(60)\n"
+    )
+    try:
+        wait_until(lambda: (tmp_path / "saved.ready").exists() and (tmp_path / "shell.ready").exists())
+        events: queue.SimpleQueue[int] = queue.SimpleQueue()
+        sup = Supervisor(
+            [_spec("svc", service_code, 1)],
+            events=events,
+            policy=Policy(session_grace=30, stop_timeout=5),
+            probe=lambda p: True,
+            session_uid=YOLO,
+            read_procs=_children({"python": job, "bash": shell}),
+        )
+        result, thread = _run_in_thread(sup)
+        wait_until(lambda: sup.status["svc"].state is State.RUNNING)
+        time.sleep(0.3)  # the service's handler is installed
+        started = time.monotonic()
+        events.put(signal.SIGTERM)
+        thread.join(timeout=20)  # type: ignore[attr-defined]
+        took = time.monotonic() - started
+        assert result == [0]
+        assert job.wait(timeout=5) == 0  # it saved and exited by itself
+        assert float((tmp_path / "saved").read_text()) <= float((tmp_path / "svc").read_text())
+        assert 1 <= took < 10, took  # waited for the job's 1 s cleanup, not for the idle "shell"
+        assert shell.poll() is None  # no TERM for a shell (it would have ignored it anyway)
+        infos = records.lines(logging.INFO)
+        assert f"rig.serve: SIGTERM to the sessions' jobs: {job.pid} python; waiting up to 30 s" in " ".join(
+            infos
+        )
+        assert any(line.startswith("rig.serve: the sessions' jobs exited after") for line in infos), infos
+        assert records.lines(logging.WARNING) == []
+    finally:
+        for p in (job, shell):
+            p.kill()
+            p.wait()
+
+
+def test_stop_gives_up_on_a_job_after_the_session_grace(tmp_path: Path, records: _Records) -> None:
+    stubborn = subprocess.Popen([sys.executable, "-c", IGNORES_TERM, str(tmp_path / "ready")])
+    try:
+        wait_until(lambda: (tmp_path / "ready").exists())
+        events: queue.SimpleQueue[int] = queue.SimpleQueue()
+        sup = Supervisor(
+            [_spec("svc", "import time; time.sleep(60)", 1)],
+            events=events,
+            policy=Policy(session_grace=1, stop_timeout=5),
+            probe=lambda p: True,
+            session_uid=YOLO,
+            read_procs=_children({"python": stubborn}),
+        )
+        result, thread = _run_in_thread(sup)
+        wait_until(lambda: sup.status["svc"].state is State.RUNNING)
+        started = time.monotonic()
+        events.put(signal.SIGTERM)
+        thread.join(timeout=20)  # type: ignore[attr-defined]
+        assert result == [0]
+        assert 1 <= time.monotonic() - started < 6
+        warnings = records.lines(logging.WARNING)
+        assert warnings == [
+            f"rig.serve: sessions' jobs still running after 1 s (RIG_SESSION_GRACE): {stubborn.pid} python; "
+            "stopping anyway"
+        ]
+    finally:
+        stubborn.kill()
+        stubborn.wait()
+
+
+@pytest.mark.parametrize(
+    ("environ", "grace", "timeout"),
+    [({}, 90, 10), ({"RIG_SESSION_GRACE": "0", "RIG_STOP_TIMEOUT": "2.5"}, 0, 2.5)],
+)
+def test_stop_durations(environ: dict[str, str], grace: float, timeout: float) -> None:
+    from rig.commands.serve import _seconds
+
+    assert _seconds(environ, "RIG_SESSION_GRACE", "90", 0, 3600) == grace
+    assert _seconds(environ, "RIG_STOP_TIMEOUT", "10", 1, 300) == timeout
+
+
+@pytest.mark.parametrize("raw", ["-1", "abc", "3601", "nan", ""])
+def test_bad_session_grace_is_one_line(raw: str) -> None:
+    from rig.commands.serve import _seconds
+
+    with pytest.raises(RigError, match=rf"RIG_SESSION_GRACE='{raw}': use seconds between 0 and 3600;"):
+        _seconds({"RIG_SESSION_GRACE": raw}, "RIG_SESSION_GRACE", "90", 0, 3600)
+
+
+# ---- a service's output: bounded lines ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("chunks", "lines"),
+    [
+        ([b"a\nb\n"], [b"a", b"b"]),
+        ([b"par", b"tial\n", b"\n"], [b"partial", b""]),
+        ([b"12345678\n"], [b"12345678"]),  # exactly max_line: whole
+        ([b"123456789\nok\n"], [b"12345678 [...] (line cut at 8 bytes, the rest dropped)", b"ok"]),
+        (
+            [b"1234", b"5678", b"9", b"xyz", b"\nok\n"],
+            [b"12345678 [...] (line cut at 8 bytes, the rest dropped)", b"ok"],
+        ),
+    ],
+)
+def test_lines_are_cut_at_max_line(chunks: list[bytes], lines: list[bytes]) -> None:
+    splitter = Lines(max_line=8)
+    out = [line for chunk in chunks for line in splitter.feed(chunk)]
+    assert out == lines
+    assert splitter.flush() == []
+
+
+def test_an_unterminated_last_line_is_flushed_once() -> None:
+    splitter = Lines(max_line=8)
+    assert splitter.feed(b"last") == []
+    assert splitter.flush() == [b"last"]
+    assert splitter.flush() == []
+    assert splitter.feed(b"0123456789") == [b"01234567 [...] (line cut at 8 bytes, the rest dropped)"]
+    assert splitter.flush() == []  # the rest of a cut line is dropped, even at the end
+
+
+def test_a_huge_line_keeps_the_buffer_bounded() -> None:
+    splitter = Lines(max_line=8192)
+    chunk = b"x" * 65536
+    out: list[bytes] = []
+    biggest = 0
+    for _ in range(2000):  # 128 MiB, no newline
+        out += splitter.feed(chunk)
+        biggest = max(biggest, len(splitter.buf))
+    out += splitter.feed(b"x\nnext line\n")
+    assert biggest <= 8192
+    assert [len(line) for line in out[:1]] == [8192 + len(splitter.marker)]
+    assert out[0].endswith(b"[...] (line cut at 8192 bytes, the rest dropped)")
+    assert out[1:] == [b"next line"]
+
+
+def test_pump_drains_a_huge_line_fast_in_bounded_memory() -> None:
+    import threading
+    import tracemalloc
+
+    read_end, write_end = os.pipe()
+    block = b"y" * (1 << 20)
+    size_mib = 512
+
+    def write() -> None:
+        with os.fdopen(write_end, "wb", buffering=0) as w:
+            w.write(b"[W 2026-11-29 14:00:00.123 ServerApp] before\n")
+            for _ in range(size_mib):
+                w.write(block)
+            w.write(b"\nafter\n")
+
+    logger = logging.getLogger("rig.pumped")
+    handler = _Records()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    writer = threading.Thread(target=write)
+    tracemalloc.start()
+    try:
+        started = time.monotonic()
+        writer.start()
+        pump(os.fdopen(read_end, "rb"), logger)
+        took = time.monotonic() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        writer.join()
+        logger.removeHandler(handler)
+    lines = [(r.levelno, r.getMessage()) for r in handler.records]
+    assert lines[0] == (logging.WARNING, "ServerApp: before")
+    assert lines[1][1] == "y" * 8192 + " [...] (line cut at 8192 bytes, the rest dropped)"
+    assert lines[2:] == [(logging.INFO, "after")]
+    assert peak < 1 << 20, peak  # a chunk and a line, whatever the stream carries
+    print(f"pump: {size_mib} MiB in one line drained in {took:.2f} s, peak {peak / 1024:.0f} KiB")
+    assert took < 30
