@@ -195,7 +195,7 @@ def test_cpu_training_over_ssh_keeps_last_pt_on_stop(ws: Workstation) -> None:
     logs = ws.logs()
     up(ws)
     log = ws.exec("cat /workspace/train.log")
-    assert "stop requested: finishing this batch and saving last.pt" in log, log[-3000:]
+    assert "stop requested: finishing this batch; resume=True runs this epoch again" in log, log[-3000:]
     assert f"stopped by signal 15; kept {last}" in log, log[-3000:]
     epochs = int(ws.exec("tail -n +2 /workspace/runs/stop/results.csv | wc -l"))
     assert epochs_before <= epochs < 500
