@@ -76,15 +76,47 @@ shell: ## a login shell as yolo: in the running workstation, else in a new conta
 # compose.cpu.yaml is added, so the container starts and `rig` can say what is missing. GPU=no forces
 # the CPU overlay, GPU=yes leaves it out. Deferred (?=): docker is asked only when a target uses it.
 GPU ?= $(if $(shell docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -o nvidia),yes,no)
-compose_for = IMAGE=$(IMAGE):$(TAG) docker compose -f compose.yaml $(if $(filter no,$(1)),-f compose.cpu.yaml)
+
+# Host folders in place of the named volumes (e.g. DATASETS_DIR=/data make up); empty: the volumes.
+DATASETS_DIR ?=
+WEIGHTS_DIR ?=
+RUNS_DIR ?=
+# Files written to host folders belong to whoever runs make: yolo takes the caller's uid/gid when a
+# host folder is given, or `make export` writes beside host weights (not root's: uid 0 is refused,
+# so root gets the image's 1000 unless RIG_UID says).
+host_id = $(if $(DATASETS_DIR)$(WEIGHTS_DIR)$(RUNS_DIR)$(if $(WEIGHTS),$(wildcard $(WEIGHTS))),$(filter-out 0,$(shell id -$(1))))
+RIG_UID ?= $(call host_id,u)
+RIG_GID ?= $(if $(RIG_UID),$(or $(call host_id,g),$(RIG_UID)))
+# NETWORK=host: `make weights`/`make datasets` on the host's network (a mirror on the host's loopback).
+NETWORK ?=
+compose_env = IMAGE=$(IMAGE):$(TAG) $(foreach v,RIG_UID RIG_GID,$(if $($(v)),$(v)=$($(v)))) \
+	$(foreach v,DATASETS_DIR WEIGHTS_DIR RUNS_DIR,$(if $($(v)),$(v)=$(abspath $($(v)))))
+compose_for = $(compose_env) docker compose -f compose.yaml $(if $(filter no,$(1)),-f compose.cpu.yaml) \
+	$(if $(RUNS_DIR),-f compose.runs.yaml)
 COMPOSE = $(call compose_for,$(GPU))
 # The export and the demo data run on the CPU: no GPU runtime needed.
 COMPOSE_CPU = $(call compose_for,no)
+COMPOSE_FETCH = $(COMPOSE_CPU) $(if $(filter host,$(NETWORK)),-f compose.hostnet.yaml)
+
+# A host folder given for a volume must exist and be readable: Docker would create a missing one, as root.
+check_dir = [ -z "$(2)" ] || { [ -d "$(2)" ] && [ -r "$(2)" ] && [ -x "$(2)" ]; } \
+	|| { echo "ERROR make: $(1)=$(2) is not a readable folder on this host; create it or fix the path"; exit 2; }
+.PHONY: host-dirs
+host-dirs:
+	@$(foreach v,DATASETS_DIR WEIGHTS_DIR RUNS_DIR,$(call check_dir,$(v),$($(v))) && ) true
+
+# The image, built only when it is missing (a fresh clone); `make build` rebuilds after an edit.
+.PHONY: image
+image:
+	@docker image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) --no-print-directory build
 
 .PHONY: up
-up: build ## build if needed, then start the workstation (SSH 2222, JupyterLab 8888), e.g. SSH_PUBLIC_KEY="..." make up
+up: host-dirs build ## build if needed, then start the workstation (SSH 2222, JupyterLab 8888), e.g. SSH_PUBLIC_KEY="..." make up
 	$(COMPOSE) up -d --wait
 	@$(COMPOSE) logs --no-color --no-log-prefix workstation | grep -E 'INFO serve: (SSH|JupyterLab)'
+	@echo "Next: \`make demo-data\` then \`make train\` (a generated dataset), or your own:"
+	@echo "  \`make train DATA=path/to/data.yaml MODEL=yolo11n.pt\` (\`make weights W=yolo11n.pt\` fetches it);"
+	@echo "  host folders as the volumes: DATASETS_DIR=... WEIGHTS_DIR=... RUNS_DIR=... make up (README: Your data)"
 
 .PHONY: down
 down: ## stop and remove the workstation (the volumes stay; `docker compose down -v` deletes them)
@@ -100,14 +132,16 @@ WEIGHTS ?=
 FORMAT ?= onnx
 EXPORT_ARGS ?=
 .PHONY: export
-export: ## WEIGHTS=... [FORMAT=onnx]: export (simplified) and check it against PyTorch with onnxruntime
+export: host-dirs | image ## WEIGHTS=... [FORMAT=onnx]: export (simplified) and check it against PyTorch with onnxruntime
 	@[ -n "$(WEIGHTS)" ] || { echo "ERROR make: give WEIGHTS=path/to/best.pt (a host file or a path in /workspace)"; exit 2; }
 	$(COMPOSE_CPU) run --rm --no-deps $(if $(wildcard $(WEIGHTS)),-v $(abspath $(dir $(WEIGHTS))):/export) \
 		workstation rig export --format $(FORMAT) $(EXPORT_ARGS) \
 		$(if $(wildcard $(WEIGHTS)),/export/$(notdir $(WEIGHTS)),$(WEIGHTS))
 
 # `make train`: the job in a one-shot workstation container (same volumes, shm and GPU reservation).
-# Paths are inside the container: DATA=/datasets/mine/data.yaml. Empty DATA: the demo dataset.
+# DATA and MODEL: a host file if one exists at that path (its folder is mounted read-only at
+# /mnt/data or /mnt/model; rig resolves the data.yaml's paths there), else a path in the container
+# (DATA=/datasets/mine/data.yaml, MODEL=yolo11s.pt from /weights). Empty DATA: the demo dataset.
 GPUS ?=
 DATA ?=
 MODEL ?=
@@ -115,22 +149,44 @@ EPOCHS ?=
 IMGSZ ?=
 BATCH ?=
 TRAIN_ARGS ?=
+host_dir_of = $(abspath $(dir $(1)))
+DATA_HOST = $(if $(DATA),$(wildcard $(DATA)))
+MODEL_HOST = $(if $(MODEL),$(wildcard $(MODEL)))
+TRAIN_MOUNTS = $(if $(DATA_HOST),-v $(call host_dir_of,$(DATA)):/mnt/data:ro \
+		-e RIG_DATA_HOST_DIR=$(call host_dir_of,$(DATA))) \
+	$(if $(MODEL_HOST),-v $(call host_dir_of,$(MODEL)):/mnt/model:ro)
 
 .PHONY: train
-train: ## [GPUS=N|all|0,2] DATA= MODEL= EPOCHS= IMGSZ= BATCH= TRAIN_ARGS=: train on GPUs (demo data by default)
-	$(COMPOSE) run --rm --no-deps workstation rig train $(if $(GPUS),--gpus $(GPUS)) \
-		$(if $(DATA),data=$(DATA)) $(if $(MODEL),model=$(MODEL)) $(if $(EPOCHS),epochs=$(EPOCHS)) \
-		$(if $(IMGSZ),imgsz=$(IMGSZ)) $(if $(BATCH),batch=$(BATCH)) $(TRAIN_ARGS)
+train: host-dirs | image ## [GPUS=N|all|0,2] DATA= MODEL= EPOCHS= IMGSZ= BATCH= TRAIN_ARGS=: train on GPUs (demo data by default)
+	$(COMPOSE) run --rm --no-deps $(TRAIN_MOUNTS) workstation rig train $(if $(GPUS),--gpus $(GPUS)) \
+		$(if $(DATA),data=$(if $(DATA_HOST),/mnt/data/$(notdir $(DATA)),$(DATA))) \
+		$(if $(MODEL),model=$(if $(MODEL_HOST),/mnt/model/$(notdir $(MODEL)),$(MODEL))) \
+		$(if $(EPOCHS),epochs=$(EPOCHS)) $(if $(IMGSZ),imgsz=$(IMGSZ)) $(if $(BATCH),batch=$(BATCH)) $(TRAIN_ARGS)
+
+# `make weights` / `make datasets`: the one step that downloads (training stays offline), from
+# Ultralytics' GitHub release or RIG_ASSETS_URL (a mirror), checked, into /weights or /datasets.
+W ?=
+D ?=
+RIG_ASSETS_URL ?=
+.PHONY: weights
+weights: host-dirs | image ## W="yolo11n.pt yolo11s.pt[@sha256:HEX]" [RIG_ASSETS_URL=mirror]: download weights into /weights
+	@[ -n "$(W)" ] || { echo "ERROR make: give W=yolo11n.pt (one or more, space-separated)"; exit 2; }
+	RIG_ASSETS_URL=$(RIG_ASSETS_URL) $(COMPOSE_FETCH) run --rm --no-deps workstation rig weights get $(W)
+
+.PHONY: datasets
+datasets: host-dirs | image ## D="coco8.yaml coco128.yaml" [RIG_ASSETS_URL=mirror]: download Ultralytics' named datasets into /datasets
+	@[ -n "$(D)" ] || { echo "ERROR make: give D=coco8.yaml (one or more, space-separated)"; exit 2; }
+	RIG_ASSETS_URL=$(RIG_ASSETS_URL) $(COMPOSE_FETCH) run --rm --no-deps workstation rig datasets get $(D)
 
 # `make demo-data`: the generated shapes dataset in the `datasets` volume, where `make train` looks.
 DEMO_ARGS ?=
 .PHONY: demo-data
-demo-data: ## [DEMO_ARGS="--train 256 --imgsz 640 --seed 1 --force"]: generate /datasets/demo
+demo-data: host-dirs | image ## [DEMO_ARGS="--train 256 --imgsz 640 --seed 1 --force"]: generate /datasets/demo
 	$(COMPOSE_CPU) run --rm --no-deps workstation rig demo-data /datasets/demo $(DEMO_ARGS)
 
 # `make bench`: the table on the terminal, the JSON in $(BENCH_JSON). On the GPUs when Docker has them.
 BENCH_ARGS ?=
 BENCH_JSON ?= bench.json
 .PHONY: bench
-bench: ## [BENCH_ARGS="--quick --no-amp --compile --imgsz 640 --batch 16 --workers 8 --data Y"]: loader vs step
+bench: host-dirs | image ## [BENCH_ARGS="--quick --no-amp --compile --imgsz 640 --batch 16 --workers 8 --data Y"]: loader vs step
 	$(COMPOSE) run --rm --no-deps -T workstation rig bench --json - $(BENCH_ARGS) > $(BENCH_JSON)

@@ -21,6 +21,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rig.commands.serve",
     "rig.commands.health",
     "rig.commands.demo_data",
+    "rig.commands.weights",
+    "rig.commands.datasets",
     "rig.commands.bench",
     "rig.commands.yolo",
     "rig.commands.export",

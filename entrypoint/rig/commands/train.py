@@ -11,11 +11,15 @@ from typing import Any
 
 from rig.commands.options import add_topology_options, topology
 from rig.launch import job
+from rig.yolo import hostdata
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     launch = job.plan_train(
-        args.args, gpus=args.gpus, discover=lambda: topology(args), check_dataset=not args.dry_run
+        hostdata.resolve_args(args.args),
+        gpus=args.gpus,
+        discover=lambda: topology(args),
+        check_dataset=not args.dry_run,
     )
     if args.dry_run:
         print(launch.shell())

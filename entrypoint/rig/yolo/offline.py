@@ -62,7 +62,8 @@ def missing_weights(model: str, weights_dir: Path) -> str | None:
     where = path if path.is_absolute() or len(path.parts) > 1 else weights_dir / path.name
     return (
         f"weights {model} not found and this container is offline: put the file at {where} "
-        f"(the `weights` volume), or build the image with RIG_WEIGHTS={path.name}"
+        f"(the `weights` volume; `make weights W={path.name}` fetches it), "
+        f"or build the image with RIG_WEIGHTS={path.name}"
     )
 
 
