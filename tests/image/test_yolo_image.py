@@ -48,6 +48,23 @@ print('OK', sorted(ours))
     assert "OK" in logs
 
 
+def test_rig_reads_data_yamls_with_ultralytics_own_rules(containers: Any) -> None:
+    # rig.yolo.datasets uses Ultralytics' IMG_FORMATS in the image; its copy for hosts must match.
+    code = """
+from ultralytics.data.utils import IMG_FORMATS, check_det_dataset
+from rig.yolo import datasets
+assert datasets.image_formats() == frozenset(IMG_FORMATS) == datasets.IMG_FORMATS_FALLBACK
+root = datasets.Path('/datasets')
+spec = datasets.load(datasets.locate('demo/data.yaml', root), root)
+assert [str(p) for p in spec.train] == [check_det_dataset('/datasets/demo/data.yaml')['train']], spec
+print('OK')
+"""
+    demo = "rig demo-data /datasets/demo --train 4 --val 2 --imgsz 64 >/dev/null"
+    cmd = f'{demo} && cd /datasets && python -c "{code}"'
+    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=120, network_mode="none")
+    assert rc == 0 and "OK" in logs, logs
+
+
 def test_user_argument_wins_in_the_trainer(containers: Any) -> None:
     code = """
 from ultralytics.models.yolo.detect import DetectionTrainer

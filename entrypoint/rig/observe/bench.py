@@ -26,7 +26,7 @@ from typing import Any
 
 from rig import log
 from rig.errors import RigError
-from rig.yolo import overlay, tuning
+from rig.yolo import datasets, overlay, tuning
 
 _logger = log.get("bench")
 
@@ -305,7 +305,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     data_yaml = _bench_data(opts)
     data = check_det_dataset(str(data_yaml))
     datasets_dir = Path(_imp("ultralytics.utils").SETTINGS["datasets_dir"])
-    n_train = tuning.count_train_images(str(data_yaml), datasets_dir)
+    n_train = datasets.count_train_images(str(data_yaml), datasets_dir)
     stock, ours, reasons = settings(opts, n_train)
     for reason in reasons:
         _logger.info("ours: %s", reason)

@@ -16,14 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from rig import paths
 from rig.errors import RigError
 from rig.launch.binding import make_plan
 from rig.launch.topology import read_topology
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
 from rig.observe.nvml import Nvml, describe_error
-from rig.yolo import tuning
+from rig.yolo import datasets, tuning
 
 SAMPLE_FILES = 256
 SAMPLE_BYTES = 256 << 20
@@ -170,31 +169,16 @@ def gather(
 
 
 # ------------------------------------------------------------------------------------------ dataset
-def _resolve(data: str, root: Path) -> Path | None:
-    p = Path(data)
-    candidates = [p] if p.is_absolute() else [p, root / "datasets" / p]
-    return next((c for c in candidates if c.exists()), None)
-
-
-def train_images(path: Path, root: Path) -> list[Path]:
-    """The train split's image files, resolved as Ultralytics does; raises OSError/ValueError."""
+def train_images(path: Path, datasets_dir: Path) -> list[Path]:
+    """The train split's image files (rig.yolo.datasets); a folder's images for a folder.
+    Raises DatasetError."""
     if path.is_dir():
-        return tuning.images_in(path)
-    spec = yaml.safe_load(path.read_text())
-    if not isinstance(spec, dict) or "train" not in spec:
-        raise ValueError("not an Ultralytics data yaml (no `train:` key)")
-    base = Path(str(spec.get("path") or path.parent))
-    if not base.is_absolute():
-        base = root / "datasets" / base if not (path.parent / base).exists() else path.parent / base
-    train = spec["train"]
-    images: list[Path] = []
-    for entry in train if isinstance(train, list) else [train]:
-        e = Path(str(entry))
-        e = e if e.is_absolute() else base / e
-        if not e.exists():
-            raise ValueError(f"train split {e} does not exist")
-        images += tuning.images_in(e)
-    return images
+        return datasets.images_in(path)
+    spec = datasets.load(path, datasets_dir)
+    missing = spec.missing_train()
+    if missing is not None:
+        raise datasets.DatasetError(f"train split {missing} does not exist")
+    return datasets.train_images(spec)
 
 
 def read_sample(images: list[Path]) -> tuple[int, int, float, tuple[str, ...]]:
@@ -219,14 +203,13 @@ def read_sample(images: list[Path]) -> tuple[int, int, float, tuple[str, ...]]:
 def gather_dataset(
     data: str, root: Path, *, batch: int, imgsz: int, nranks: int, rank_cpus: int
 ) -> DatasetFacts:
-    path = _resolve(data, root)
+    datasets_dir = root / paths.DATASETS.relative_to("/")
+    path = datasets.locate(data, datasets_dir)
     if path is None:
-        return DatasetFacts(
-            data, error=f"not found (looked in the working directory and {root / 'datasets'})"
-        )
+        return DatasetFacts(data, error=f"not found (looked in the working directory and {datasets_dir})")
     try:
-        images = train_images(path, root)
-    except (OSError, ValueError, yaml.YAMLError) as e:
+        images = train_images(path, datasets_dir)
+    except (OSError, datasets.DatasetError) as e:
         return DatasetFacts(data, path=str(path), error=str(e))
     n, size, seconds, bad = read_sample(images)
     decisions = tuning.decide(

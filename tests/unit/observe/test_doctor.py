@@ -302,7 +302,7 @@ def test_gather_dataset_reads_the_train_split(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("yaml_text", "error"),
-    [("train: images/missing\n", "does not exist"), ("names: {0: a}\n", "no `train:` key")],
+    [("train: images/missing\n", "does not exist"), ("names: {0: a}\n", "no 'train:' entry")],
 )
 def test_gather_dataset_reports_broken_yaml(tmp_path: Path, yaml_text: str, error: str) -> None:
     (tmp_path / "data.yaml").write_text(yaml_text)
