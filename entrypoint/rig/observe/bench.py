@@ -26,6 +26,7 @@ from typing import Any
 
 from rig import log
 from rig.errors import RigError
+from rig.observe import nvml
 from rig.yolo import datasets, overlay, tuning
 
 _logger = log.get("bench")
@@ -203,25 +204,35 @@ def _step_img_s(
 class _GpuSampler:
     """Mean GPU utilisation from NVML, sampled in a thread while a run is in progress."""
 
-    def __init__(self, index: int, interval: float = 0.1) -> None:
-        pynvml = _imp("pynvml")
-        pynvml.nvmlInit()
-        self._nvml, self._handle, self._interval = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index), interval
-        self.samples: list[int] = []
+    def __init__(self, index: int, interval: float = 0.1, nvml_module: Any | None = None) -> None:
+        self._index, self._interval, self._module = index, interval, nvml_module
+        self.samples: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._nvml: nvml.Nvml | None = None
 
     def _run(self) -> None:
+        assert self._nvml is not None
         while not self._stop.wait(self._interval):
-            self.samples.append(int(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
+            try:
+                self.samples.append(self._nvml.utilization(self._index))
+            except Exception:  # a GPU lost mid-run: the mean of what was read
+                return
 
     def __enter__(self) -> _GpuSampler:
-        self._thread.start()
+        self._nvml, state = nvml.Nvml.open(self._module)
+        if self._nvml is None:
+            _logger.info("%s: the real run's GPU utilisation is not measured", state)
+        else:
+            self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self._nvml is not None:
+            self._nvml.close()
 
 
 def _train_run(data_yaml: Path, ours: dict[str, Any], opts: BenchOptions, device: Any) -> dict[str, Any]:

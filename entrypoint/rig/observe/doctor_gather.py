@@ -21,7 +21,7 @@ from rig.errors import RigError
 from rig.launch.binding import make_plan
 from rig.launch.topology import read_topology
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
-from rig.observe.nvml import Nvml, describe_error
+from rig.observe.nvml import describe_error, session
 from rig.yolo import datasets, tuning
 
 SAMPLE_FILES = 256
@@ -103,16 +103,14 @@ def gather(
     imgsz: int = 640,
 ) -> Facts:
     env = os.environ if environ is None else environ
-    nvml, state = Nvml.open(nvml_module)
-    driver, gpu_facts, nvml_error = None, [], None if nvml is not None else state
-    if nvml is not None:
-        try:
-            driver = nvml.driver_version()
-            gpu_facts = [GpuFact(g.index, g.name) for g in nvml.gpus()]
-        except Exception as e:  # a GPU fell off the bus, a driver/library mismatch...
-            nvml_error = f"NVML error ({describe_error(e)})"
-        finally:
-            nvml.close()
+    with session(nvml_module) as (nvml, state):
+        driver, gpu_facts, nvml_error = None, [], None if nvml is not None else state
+        if nvml is not None:
+            try:
+                driver = nvml.driver_version()
+                gpu_facts = [GpuFact(g.index, g.name) for g in nvml.gpus()]
+            except Exception as e:  # a GPU fell off the bus, a driver/library mismatch...
+                nvml_error = f"NVML error ({describe_error(e)})"
     if driver is None:
         driver = driver_from_proc(root)
 
