@@ -8,7 +8,6 @@ an exception: the doctor must report on a broken box, not crash on it.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import re
 import time
@@ -20,6 +19,8 @@ from rig import paths
 from rig.errors import RigError
 from rig.launch.binding import make_plan
 from rig.launch.topology import read_topology
+from rig.observe import bench as rig_bench
+from rig.observe.bench import BenchResult
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
 from rig.observe.nvml import describe_error, session
 from rig.yolo import datasets, tuning
@@ -232,11 +233,10 @@ def gather_dataset(
 
 
 # -------------------------------------------------------------------------------------------- bench
-def run_bench(data: str | None, *, batch: int, imgsz: int) -> tuple[Mapping[str, Any] | None, str | None]:
+def run_bench(data: str | None, *, batch: int, imgsz: int) -> tuple[BenchResult | None, str | None]:
     """`rig bench --quick` on the user's data (or its generated shapes): loader vs train step."""
     try:
-        bench: Any = importlib.import_module("rig.observe.bench")  # imports torch: only with --bench
-        result = bench.run_bench(bench.BenchOptions(data=data, quick=True, batch=batch, imgsz=imgsz))
+        result = rig_bench.run_bench(rig_bench.BenchOptions(data=data, quick=True, batch=batch, imgsz=imgsz))
     except Exception as e:  # a broken bench is a failed check, not a crashed doctor
         return None, describe_error(e)
     return result, None
