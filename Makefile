@@ -108,6 +108,7 @@ export: ## WEIGHTS=... [FORMAT=onnx]: export (simplified) and check it against P
 
 # `make train`: the job in a one-shot workstation container (same volumes, shm and GPU reservation).
 # Paths are inside the container: DATA=/datasets/mine/data.yaml. Empty DATA: the demo dataset.
+# RIG_ARGS_FROM=make: rig's errors name these variables (GPUS=9) instead of the options (--gpus 9).
 GPUS ?=
 DATA ?=
 MODEL ?=
@@ -118,7 +119,7 @@ TRAIN_ARGS ?=
 
 .PHONY: train
 train: ## [GPUS=N|all|0,2] DATA= MODEL= EPOCHS= IMGSZ= BATCH= TRAIN_ARGS=: train on GPUs (demo data by default)
-	$(COMPOSE) run --rm --no-deps workstation rig train $(if $(GPUS),--gpus $(GPUS)) \
+	$(COMPOSE) run --rm --no-deps -e RIG_ARGS_FROM=make workstation rig train $(if $(GPUS),--gpus $(GPUS)) \
 		$(if $(DATA),data=$(DATA)) $(if $(MODEL),model=$(MODEL)) $(if $(EPOCHS),epochs=$(EPOCHS)) \
 		$(if $(IMGSZ),imgsz=$(IMGSZ)) $(if $(BATCH),batch=$(BATCH)) $(TRAIN_ARGS)
 

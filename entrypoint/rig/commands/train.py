@@ -9,13 +9,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rig.commands.options import add_topology_options, topology
+from rig.commands.options import add_topology_options, topology, typed
 from rig.launch import job
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     launch = job.plan_train(
-        args.args, gpus=args.gpus, discover=lambda: topology(args), check_dataset=not args.dry_run
+        args.args,
+        gpus=args.gpus,
+        discover=lambda: topology(args),
+        check_dataset=not args.dry_run,
+        typed=typed(),
     )
     if args.dry_run:
         print(launch.shell())

@@ -17,6 +17,7 @@ from typing import Any
 
 from rig import paths
 from rig.errors import RigError
+from rig.launch import job
 from rig.launch.binding import make_plan
 from rig.launch.topology import read_topology
 from rig.observe import bench as rig_bench
@@ -68,21 +69,22 @@ def read_status(root: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
 
 
-def requested_gpus(gpus: str | None, environ: Mapping[str, str]) -> tuple[int | None, str]:
-    """How many GPUs were asked for: --gpus as `rig train` takes it (N, all, or ids 0,2), else the
-    toolkit's NVIDIA_VISIBLE_DEVICES list; None when nothing narrower than 'all' was asked."""
-    if gpus is not None and gpus.strip() != "all":
-        text = gpus.strip()
-        if text.isdigit():
-            return int(text), f"--gpus {text}"
-        ids = [g for g in text.split(",") if g.strip()]
-        if not ids or not all(g.strip().isdigit() for g in ids):
-            raise RigError(f"--gpus {gpus!r}: give a count (2), 'all', or GPU ids like 0,2")
-        return len(ids), f"--gpus {text}"
+def requested_gpus(gpus: str | None, environ: Mapping[str, str]) -> tuple[str | list[int] | int, str]:
+    """What was asked for: --gpus as `rig train` reads it (N, all, or ids 0,2), else the toolkit's
+    NVIDIA_VISIBLE_DEVICES as a count; 'all' when nothing narrower was asked. And where it came from."""
+    if gpus is not None and (choice := job.parse_gpus(gpus)) != "all":
+        return choice, f"--gpus {gpus.strip()}"
     visible = environ.get("NVIDIA_VISIBLE_DEVICES", "").strip()
     if visible and visible not in ("all", "void", "none"):
         return len([v for v in visible.split(",") if v.strip()]), f"NVIDIA_VISIBLE_DEVICES={visible}"
-    return None, ""
+    return "all", ""
+
+
+def planned_gpus(choice: str | list[int] | int, visible: int) -> list[int]:
+    """The visible GPUs `rig train` would use for choice; those missing are the gpus check's to report."""
+    if isinstance(choice, list):
+        return [i for i in choice if i < visible]
+    return list(range(visible if choice == "all" else min(int(choice), visible)))
 
 
 def _hex(value: str | None) -> int | None:
@@ -115,13 +117,13 @@ def gather(
     if driver is None:
         driver = driver_from_proc(root)
 
-    requested, requested_from = requested_gpus(gpus, env)
+    choice, requested_from = requested_gpus(gpus, env)
+    requested = None if choice == "all" else len(choice) if isinstance(choice, list) else int(choice)
     topology, topology_error, plan = None, None, None
     try:
         topology = read_topology(root, environ=env)
-        if topology.gpus:
-            nranks = min(requested or len(topology.gpus), len(topology.gpus))
-            plan = make_plan(topology, nranks)
+        if ids := planned_gpus(choice, len(topology.gpus)):
+            plan = make_plan(topology, len(ids), ids)
     except RigError as e:
         topology_error = str(e)
     except Exception as e:  # sparse or odd sysfs (VMs, gVisor): report it, keep checking the rest

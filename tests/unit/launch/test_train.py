@@ -54,13 +54,13 @@ def _train(tree: tuple[Path, str], *argv: str) -> list[str]:
 @pytest.mark.parametrize(
     ("gpus", "batch", "message"),
     [
-        ("5", "16", "GPUS=5 but only 4 GPU(s) are visible"),
+        ("5", "16", "--gpus 5 but only 4 GPU(s) are visible"),
         ("0", "16", "at least one GPU is needed"),
         ("-1", "16", "at least one GPU is needed"),
-        ("two", "16", "GPUS=two is not a number"),
+        ("two", "16", "--gpus two is not a number"),
         ("1,1", "16", "names GPU 1 twice"),
         ("0,9", "16", "GPU id 9 is not visible"),
-        ("3", "16", "BATCH=16 is not divisible by the 3 ranks; use a multiple of 3, e.g. 15 or 18"),
+        ("3", "16", "batch=16 is not divisible by the 3 ranks; use a multiple of 3, e.g. 15 or 18"),
         ("2", "-1", "AutoBatch"),
     ],
 )
@@ -77,6 +77,30 @@ def test_bad_input_is_one_line_and_launches_nothing(
     assert code == 1
     assert err == [err[0]] and err[0].startswith("ERROR rig: ") and message in err[0]
     assert execs == []
+
+
+@pytest.mark.parametrize(
+    ("args_from", "gpus", "batch", "message"),
+    [("", "9", "16", "--gpus 9 but only 4 GPU(s) are visible"),
+     ("make", "9", "16", "GPUS=9 but only 4 GPU(s) are visible"),
+     ("", "2", "7", "batch=7 is not divisible by the 2 ranks"),
+     ("make", "2", "7", "BATCH=7 is not divisible by the 2 ranks"),
+     ("make", "two", "16", "GPUS=two is not a number; use a count (GPUS=2)")],
+)  # fmt: skip
+def test_errors_name_what_the_user_typed(
+    tree: tuple[Path, str],
+    execs: list[list[str]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args_from: str,
+    gpus: str,
+    batch: str,
+    message: str,
+) -> None:
+    # `make train GPUS=9` runs `rig train --gpus 9` with RIG_ARGS_FROM=make (Makefile `train`).
+    monkeypatch.setenv("RIG_ARGS_FROM", args_from)
+    assert cli.main(_train(tree, "--gpus", gpus, "data=x.yaml", f"batch={batch}")) == 1
+    assert message in capsys.readouterr().err
 
 
 def test_no_gpu_names_the_compose_reservation_and_the_toolkit(

@@ -282,15 +282,29 @@ def test_gather_without_nvml_falls_back_to_the_kernel_module_version(tmp_path: P
 
 def test_requested_gpus_come_from_the_flag_or_nvidia_visible_devices() -> None:
     assert doctor_gather.requested_gpus("2", {}) == (2, "--gpus 2")
-    assert doctor_gather.requested_gpus("0,2", {"NVIDIA_VISIBLE_DEVICES": "0"}) == (2, "--gpus 0,2")
-    assert doctor_gather.requested_gpus("all", {}) == (None, "")
-    with pytest.raises(RigError, match="give a count"):
+    assert doctor_gather.requested_gpus("0,2", {"NVIDIA_VISIBLE_DEVICES": "0"}) == ([0, 2], "--gpus 0,2")
+    assert doctor_gather.requested_gpus("all", {}) == ("all", "")
+    with pytest.raises(RigError, match="--gpus two is not a number"):
         doctor_gather.requested_gpus("two", {})
     assert doctor_gather.requested_gpus(None, {"NVIDIA_VISIBLE_DEVICES": "0,3"}) == (
         2,
         "NVIDIA_VISIBLE_DEVICES=0,3",
     )
-    assert doctor_gather.requested_gpus(None, {"NVIDIA_VISIBLE_DEVICES": "all"}) == (None, "")
+    assert doctor_gather.requested_gpus(None, {"NVIDIA_VISIBLE_DEVICES": "all"}) == ("all", "")
+
+
+def test_doctor_plans_the_gpus_that_gpus_names(tmp_path: Path) -> None:
+    # `rig doctor --gpus 1,3` checks the binding of GPUs 1 and 3, as `rig train --gpus 1,3` uses them.
+    root = fake_root(tmp_path)
+    for i in (1, 2, 3):
+        gpu = root / f"sys/bus/pci/devices/0000:{0x17 + i:02x}:00.0"
+        gpu.mkdir(parents=True)
+        for name, value in (("vendor", "0x10de"), ("class", "0x030200"), ("numa_node", "0")):
+            (gpu / name).write_text(value + "\n")
+    facts = doctor_gather.gather(root=root, environ={}, gpus="1,3", nvml_module=FakeNvml([FakeGpu()] * 4))
+    assert facts.plan is not None
+    assert [r.gpu_bus_id for r in facts.plan.ranks] == ["0000:18:00.0", "0000:1a:00.0"]
+    assert facts.requested_gpus == 2 and facts.requested_from == "--gpus 1,3"
 
 
 def test_gather_dataset_reads_the_train_split(tmp_path: Path) -> None:
