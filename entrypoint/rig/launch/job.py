@@ -216,16 +216,25 @@ def _tuning(user_args: Mapping[str, str], rank_cpus: int, nranks: int) -> dict[s
     return added
 
 
+def resume_of(args: Mapping[str, str]) -> bool | str:
+    """resume= as Ultralytics reads it: False (absent, empty, False, None), True, or a checkpoint's path."""
+    text = args.get("resume", "").strip()
+    if text.lower() in {"", "false", "none"}:
+        return False
+    return True if text.lower() == "true" else text
+
+
 def _defaults(user_args: dict[str, str]) -> dict[str, str]:
     """data and model when the user gave none: the demo dataset, yolo11n (from scratch if offline)."""
     args = dict(user_args)
-    if "data" not in args and not args.get("resume"):
+    resuming = resume_of(args) is not False
+    if "data" not in args and not resuming:
         if not DEMO_DATA.exists():
             raise RigError(
                 f"no data= given and no demo dataset at {DEMO_DATA}; run `make demo-data` or pass data="
             )
         args["data"] = str(DEMO_DATA)
-    if "model" not in args and not args.get("resume"):
+    if "model" not in args and not resuming:
         weights = _settings_dir("weights_dir", Path("weights")) / "yolo11n.pt"
         args["model"] = "yolo11n.pt" if weights.exists() else "yolo11n.yaml"
         if not weights.exists():
@@ -235,7 +244,7 @@ def _defaults(user_args: dict[str, str]) -> dict[str, str]:
 
 def _resume(args: dict[str, str]) -> dict[str, str]:
     """resume=True continues the newest run unless model= names its last.pt."""
-    if args.get("resume", "").lower() != "true" or args.get("model", "").endswith(".pt"):
+    if resume_of(args) is not True or args.get("model", "").endswith(".pt"):
         return args
     runs = _settings_dir("runs_dir", Path("runs").absolute())
     found = sorted(runs.glob("**/last*.pt"), key=os.path.getctime)
@@ -246,7 +255,7 @@ def _resume(args: dict[str, str]) -> dict[str, str]:
 
 
 def _run_dir(args: dict[str, str]) -> tuple[dict[str, str], Path | None]:
-    if args.get("resume", "").lower() not in {"", "false"}:
+    if resume_of(args) is not False:
         return args, None  # the checkpoint knows its run directory
     project = Path(args["project"]) if args.get("project") else None
     if project is None or not project.is_absolute():

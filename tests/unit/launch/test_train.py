@@ -178,3 +178,21 @@ def test_multi_node_dry_run_uses_a_c10d_rendezvous(
     # 2 nodes x 2 GPUs: the batch must divide by 4, not by this node's 2.
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "batch=6")) == 1
     assert "4 ranks" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("resume", ["False", "false", "none", ""])
+def test_resume_false_trains_like_no_resume(
+    tmp_path: Path, execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any, resume: str
+) -> None:
+    # resume= is read once (job.resume_of): resume=False is a fresh run, with the demo data by default.
+    demo = tmp_path / "demo/data.yaml"
+    demo.parent.mkdir()
+    demo.write_text("train: images\n")
+    monkeypatch.setattr(job, "DEMO_DATA", demo)
+    argv = ["train", "--dry-run", "device=cpu", "model=m.yaml", f"project={tmp_path / 'runs'}"]
+    assert cli.main([*argv, f"resume={resume}"]) == 0
+    program = shlex.split(capsys.readouterr().out)
+    args = dict(a.split("=", 1) for a in program[program.index("rig.launch.trainer") + 1 :])
+    assert args["data"] == str(demo) and args["name"] == "train"
+    assert job.resume_of({"resume": resume}) is False
+    assert job.resume_of({"resume": "True"}) is True and job.resume_of({"resume": "a/last.pt"}) == "a/last.pt"
