@@ -65,6 +65,19 @@ print('OK')
     assert rc == 0 and "OK" in logs, logs
 
 
+def test_trainer_types_arguments_with_ultralytics_smart_value(containers: Any) -> None:
+    code = """
+from rig.launch.trainer import parse_args
+argv = ['epochs=3', 'lr0=0.5', 'resume=True', 'name=2024', 'cache=none', 'device=0', 'imgsz=[640,480]']
+got = parse_args(argv)
+want = dict(epochs=3, lr0=0.5, resume=True, name='2024', cache=None, device='0', imgsz=[640, 480])
+assert got == want, got
+print('OK')
+"""
+    rc, logs = containers.oneshot(py(code), timeout=120, network_mode="none")
+    assert rc == 0 and "OK" in logs, logs
+
+
 def test_user_argument_wins_in_the_trainer(containers: Any) -> None:
     code = """
 from ultralytics.models.yolo.detect import DetectionTrainer
