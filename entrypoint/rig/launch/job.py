@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rig import log
+from rig import log, paths
 from rig.errors import RigError
 from rig.launch import binding, gpuenv, nodes
 from rig.launch.topology import Topology, read_topology
@@ -32,7 +32,7 @@ NO_GPU = (
     "container toolkit on the host (nvidia-ctk runtime configure --runtime=docker); or train on the "
     "CPU with device=cpu"
 )
-DEMO_DATA = Path("/datasets/demo/data.yaml")
+DEMO_DATA = paths.DEMO_DATASET / "data.yaml"
 BINDER = "rig.launch.binder"  # what torchrun starts for each rank
 TRAINER = "rig.launch.trainer"  # what each rank (or the one CPU process) runs
 _TASK_SUFFIXES = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "classify"}

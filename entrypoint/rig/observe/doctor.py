@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from rig import paths
 from rig.launch.binding import Plan
 from rig.launch.topology import Topology, format_cpulist
 from rig.observe.bench import BenchResult
@@ -283,7 +284,7 @@ def check_dataset(f: Facts) -> Check:
             Status.FAIL,
             f"{d.data}: {d.error or 'not found'}",
             "give --data a data yaml or image directory that exists in the container (mount it, e.g. under "
-            "/datasets) and is readable by this user",
+            f"{paths.DATASETS}) and is readable by this user",
         )
     if d.images == 0:
         return Check(
