@@ -142,6 +142,7 @@ export: host-dirs | image ## WEIGHTS=... [FORMAT=onnx]: export (simplified) and 
 # DATA and MODEL: a host file if one exists at that path (its folder is mounted read-only at
 # /mnt/data or /mnt/model; rig resolves the data.yaml's paths there), else a path in the container
 # (DATA=/datasets/mine/data.yaml, MODEL=yolo11s.pt from /weights). Empty DATA: the demo dataset.
+# RIG_ARGS_FROM=make: rig's errors name these variables (GPUS=9) instead of the options (--gpus 9).
 GPUS ?=
 DATA ?=
 MODEL ?=
@@ -158,7 +159,7 @@ TRAIN_MOUNTS = $(if $(DATA_HOST),-v $(call host_dir_of,$(DATA)):/mnt/data:ro \
 
 .PHONY: train
 train: host-dirs | image ## [GPUS=N|all|0,2] DATA= MODEL= EPOCHS= IMGSZ= BATCH= TRAIN_ARGS=: train on GPUs (demo data by default)
-	$(COMPOSE) run --rm --no-deps $(TRAIN_MOUNTS) workstation rig train $(if $(GPUS),--gpus $(GPUS)) \
+	$(COMPOSE) run --rm --no-deps -e RIG_ARGS_FROM=make $(TRAIN_MOUNTS) workstation rig train $(if $(GPUS),--gpus $(GPUS)) \
 		$(if $(DATA),data=$(if $(DATA_HOST),/mnt/data/$(notdir $(DATA)),$(DATA))) \
 		$(if $(MODEL),model=$(if $(MODEL_HOST),/mnt/model/$(notdir $(MODEL)),$(MODEL))) \
 		$(if $(EPOCHS),epochs=$(EPOCHS)) $(if $(IMGSZ),imgsz=$(IMGSZ)) $(if $(BATCH),batch=$(BATCH)) $(TRAIN_ARGS)

@@ -10,4 +10,6 @@ WEIGHTS = Path("/weights")  # the `weights` volume; yolo's
 USER_VOLUMES = (WORKSPACE, DATASETS, WEIGHTS)
 STATE = Path("/var/lib/rig")  # the `state` volume: host keys, the generated token; root's only
 RUN = Path("/run/rig")  # this start's state: the services' status, Jupyter's token config
+SERVICES_STATE = RUN / "services.json"  # what `rig serve` reports and `rig health` reads
 OPT = Path("/opt/rig")  # what the image ships: configs, notebooks, Ultralytics settings
+DEMO_DATASET = DATASETS / "demo"  # `make demo-data`'s dataset, `rig train`'s default

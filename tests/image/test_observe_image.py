@@ -30,7 +30,7 @@ def test_doctor_json_lists_every_check_and_fails_without_gpus(containers: Contai
     rc, report, _ = doctor_json(containers, shm_size="1g")
     names = [c["name"] for c in report["checks"]]
     assert names == [c.name for c in doctor.run_checks(doctor.Facts())] and len(names) == len(doctor.CHECKS)
-    assert all(c["status"] in doctor.STATUSES and c["detail"] for c in report["checks"])
+    assert all(c["status"] in {s.value for s in doctor.Status} and c["detail"] for c in report["checks"])
     checks = checks_of(report)
     assert checks["gpus"]["status"] == "fail"
     assert "NVIDIA Container Toolkit" in checks["gpus"]["fix"]

@@ -48,6 +48,36 @@ print('OK', sorted(ours))
     assert "OK" in logs
 
 
+def test_rig_reads_data_yamls_with_ultralytics_own_rules(containers: Any) -> None:
+    # rig.yolo.datasets uses Ultralytics' IMG_FORMATS in the image; its copy for hosts must match.
+    code = """
+from ultralytics.data.utils import IMG_FORMATS, check_det_dataset
+from rig.yolo import datasets
+assert datasets.image_formats() == frozenset(IMG_FORMATS) == datasets.IMG_FORMATS_FALLBACK
+root = datasets.Path('/datasets')
+spec = datasets.load(datasets.locate('demo/data.yaml', root), root)
+assert [str(p) for p in spec.train] == [check_det_dataset('/datasets/demo/data.yaml')['train']], spec
+print('OK')
+"""
+    demo = "rig demo-data /datasets/demo --train 4 --val 2 --imgsz 64 >/dev/null"
+    cmd = f'{demo} && cd /datasets && python -c "{code}"'
+    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=120, network_mode="none")
+    assert rc == 0 and "OK" in logs, logs
+
+
+def test_trainer_types_arguments_with_ultralytics_smart_value(containers: Any) -> None:
+    code = """
+from rig.launch.trainer import parse_args
+argv = ['epochs=3', 'lr0=0.5', 'resume=True', 'name=2024', 'cache=none', 'device=0', 'imgsz=[640,480]']
+got = parse_args(argv)
+want = dict(epochs=3, lr0=0.5, resume=True, name='2024', cache=None, device='0', imgsz=[640, 480])
+assert got == want, got
+print('OK')
+"""
+    rc, logs = containers.oneshot(py(code), timeout=120, network_mode="none")
+    assert rc == 0 and "OK" in logs, logs
+
+
 def test_user_argument_wins_in_the_trainer(containers: Any) -> None:
     code = """
 from ultralytics.models.yolo.detect import DetectionTrainer

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -49,10 +48,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json == "-":  # JSON alone on stdout for `make bench > bench.json`, everything else on stderr
         res = _with_stdout_on_stderr(run_bench, opts)
         print(format_table(res), file=sys.stderr)
-        sys.stdout.write(json.dumps(res, indent=2, default=str) + "\n")
+        sys.stdout.write(res.to_json())
         return 0
     res = run_bench(opts)
-    text = json.dumps(res, indent=2, default=str) + "\n"
+    text = res.to_json()
     print(format_table(res))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

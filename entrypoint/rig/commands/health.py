@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rig import paths
 from rig.workstation.supervisor import listening
 
-STATE_FILE = Path("/run/rig/services.json")
+STATE_FILE = paths.SERVICES_STATE
 
 
 def check(state_file: Path = STATE_FILE) -> list[str]:

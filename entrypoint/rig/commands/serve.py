@@ -22,7 +22,7 @@ from rig.workstation.supervisor import Policy, Supervisor, install_signal_handle
 
 STATE_DIR = paths.STATE  # the `state` volume
 TOKEN_FILE = STATE_DIR / "jupyter_token"
-STATE_FILE = paths.RUN / "services.json"  # what `rig health` reads
+STATE_FILE = paths.SERVICES_STATE
 
 _logger = log.get("serve")
 
@@ -47,11 +47,8 @@ def load_or_create_token(path: Path = TOKEN_FILE) -> str:
         token = path.read_text().strip()
         if token:
             return token
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     token = secrets.token_hex(24)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
+    safefs.write_file(path, (token + "\n").encode(), 0o600)
     return token
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rig.commands.options import add_topology_options, topology
+from rig.commands.options import add_topology_options, topology, typed
 from rig.launch import job
 from rig.yolo import hostdata
 
@@ -20,6 +20,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         gpus=args.gpus,
         discover=lambda: topology(args),
         check_dataset=not args.dry_run,
+        typed=typed(),
     )
     if args.dry_run:
         print(launch.shell())

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rig import log
+from rig import log, paths
 from rig.errors import RigError
 from rig.launch import binding, gpuenv, nodes
 from rig.launch.topology import Topology, read_topology
+from rig.spelling import AS_PARSED, Spelling
 from rig.yolo import tuning
 
 _logger = log.get("launch")
@@ -31,7 +32,7 @@ NO_GPU = (
     "container toolkit on the host (nvidia-ctk runtime configure --runtime=docker); or train on the "
     "CPU with device=cpu"
 )
-DEMO_DATA = Path("/datasets/demo/data.yaml")
+DEMO_DATA = paths.DEMO_DATASET / "data.yaml"
 BINDER = "rig.launch.binder"  # what torchrun starts for each rank
 TRAINER = "rig.launch.trainer"  # what each rank (or the one CPU process) runs
 _TASK_SUFFIXES = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "classify"}
@@ -41,36 +42,40 @@ _TASK_SUFFIXES = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "cl
 # Decide: pure functions of the request and the topology.
 
 
-def parse_gpus(spec: str | None) -> str | list[int] | int:
-    """'all' -> 'all'; '2' -> 2 (a count); '0,2' or '3,' -> [0, 2] / [3] (CUDA ordinals)."""
+def parse_gpus(
+    spec: str | None, typed: Spelling = AS_PARSED, option: str = "--gpus"
+) -> str | list[int] | int:
+    """'all' -> 'all'; '2' -> 2 (a count); '0,2' or '3,' -> [0, 2] / [3] (CUDA ordinals).
+    option=device: always ids ('3' is GPU 3). Errors name the option as the user typed it."""
     if spec is None or spec.strip().lower() == "all":
         return "all"
     text = spec.strip()
-    how = "use a count (--gpus 2), all, or GPU ids (--gpus 0,2)"
-    if "," in text:
+    given = typed(option, spec)
+    how = f"use a count ({typed('--gpus', 2)}), all, or GPU ids ({typed('--gpus', '0,2')})"
+    if "," in text or option != "--gpus":
         items = [x.strip() for x in text.split(",") if x.strip()]
         ids: list[int] = []
         for item in items:
             if not item.lstrip("-").isdigit():
-                raise RigError(f"GPU id {item!r} in GPUS={spec} is not a number; {how}")
+                raise RigError(f"GPU id {item!r} in {given} is not a number; {how}")
             if int(item) < 0:
-                raise RigError(f"GPU id {item} in GPUS={spec} is negative; GPU ids start at 0")
+                raise RigError(f"GPU id {item} in {given} is negative; GPU ids start at 0")
             ids.append(int(item))
         if not ids:
-            raise RigError(f"GPUS={spec} names no GPU; {how}")
+            raise RigError(f"{given} names no GPU; {how}")
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
-            raise RigError(f"GPUS={spec} names GPU {dupes[0]} twice; list each GPU once")
+            raise RigError(f"{given} names GPU {dupes[0]} twice; list each GPU once")
         return ids
     if not text.lstrip("-").isdigit():
-        raise RigError(f"GPUS={spec} is not a number; {how}")
+        raise RigError(f"{given} is not a number; {how}")
     count = int(text)
     if count <= 0:
-        raise RigError(f"GPUS={spec}: at least one GPU is needed; train on the CPU with device=cpu instead")
+        raise RigError(f"{given}: at least one GPU is needed; train on the CPU with device=cpu instead")
     return count
 
 
-def select_gpus(choice: str | list[int] | int, topology: Topology) -> list[int]:
+def select_gpus(choice: str | list[int] | int, topology: Topology, typed: Spelling = AS_PARSED) -> list[int]:
     visible = len(topology.gpus)
     if visible == 0:
         raise RigError(NO_GPU)
@@ -80,8 +85,8 @@ def select_gpus(choice: str | list[int] | int, topology: Topology) -> list[int]:
     if isinstance(choice, int):
         if choice > visible:
             raise RigError(
-                f"GPUS={choice} but only {visible} GPU(s) are visible ({names}); "
-                f"use --gpus {visible} or fewer, or give the container more GPUs"
+                f"{typed('--gpus', choice)} but only {visible} GPU(s) are visible ({names}); "
+                f"use {typed('--gpus', visible)} or fewer, or give the container more GPUs"
             )
         return list(range(choice))
     assert isinstance(choice, list)
@@ -103,23 +108,24 @@ def parse_kv(items: Sequence[str]) -> dict[str, str]:
     return args
 
 
-def check_batch(user_args: Mapping[str, str], world: int) -> None:
+def check_batch(user_args: Mapping[str, str], world: int, typed: Spelling = AS_PARSED) -> None:
     raw = user_args.get("batch")
     if raw is None or world <= 1:
         return
+    given = typed("batch", raw)
     try:
         batch = float(raw)
     except ValueError:
-        raise RigError(f"BATCH={raw} is not a number; give the total batch over all ranks, e.g. 16") from None
+        raise RigError(f"{given} is not a number; give the total batch over all ranks, e.g. 16") from None
     if batch < 1 or batch != int(batch):
         raise RigError(
-            f"BATCH={raw} (AutoBatch) works on one GPU only; give a total batch divisible by "
+            f"{given} (AutoBatch) works on one GPU only; give a total batch divisible by "
             f"the {world} ranks, e.g. {world * 8}"
         )
     if int(batch) % world:
         lo = max(world, int(batch) // world * world)
         raise RigError(
-            f"BATCH={raw} is not divisible by the {world} ranks; "
+            f"{given} is not divisible by the {world} ranks; "
             f"use a multiple of {world}, e.g. {lo} or {lo + world}"
         )
 
@@ -210,16 +216,25 @@ def _tuning(user_args: Mapping[str, str], rank_cpus: int, nranks: int) -> dict[s
     return added
 
 
+def resume_of(args: Mapping[str, str]) -> bool | str:
+    """resume= as Ultralytics reads it: False (absent, empty, False, None), True, or a checkpoint's path."""
+    text = args.get("resume", "").strip()
+    if text.lower() in {"", "false", "none"}:
+        return False
+    return True if text.lower() == "true" else text
+
+
 def _defaults(user_args: dict[str, str]) -> dict[str, str]:
     """data and model when the user gave none: the demo dataset, yolo11n (from scratch if offline)."""
     args = dict(user_args)
-    if "data" not in args and not args.get("resume"):
+    resuming = resume_of(args) is not False
+    if "data" not in args and not resuming:
         if not DEMO_DATA.exists():
             raise RigError(
                 f"no data= given and no demo dataset at {DEMO_DATA}; run `make demo-data` or pass data="
             )
         args["data"] = str(DEMO_DATA)
-    if "model" not in args and not args.get("resume"):
+    if "model" not in args and not resuming:
         weights = _settings_dir("weights_dir", Path("weights")) / "yolo11n.pt"
         args["model"] = "yolo11n.pt" if weights.exists() else "yolo11n.yaml"
         if not weights.exists():
@@ -229,7 +244,7 @@ def _defaults(user_args: dict[str, str]) -> dict[str, str]:
 
 def _resume(args: dict[str, str]) -> dict[str, str]:
     """resume=True continues the newest run unless model= names its last.pt."""
-    if args.get("resume", "").lower() != "true" or args.get("model", "").endswith(".pt"):
+    if resume_of(args) is not True or args.get("model", "").endswith(".pt"):
         return args
     runs = _settings_dir("runs_dir", Path("runs").absolute())
     found = sorted(runs.glob("**/last*.pt"), key=os.path.getctime)
@@ -240,7 +255,7 @@ def _resume(args: dict[str, str]) -> dict[str, str]:
 
 
 def _run_dir(args: dict[str, str]) -> tuple[dict[str, str], Path | None]:
-    if args.get("resume", "").lower() not in {"", "false"}:
+    if resume_of(args) is not False:
         return args, None  # the checkpoint knows its run directory
     project = Path(args["project"]) if args.get("project") else None
     if project is None or not project.is_absolute():
@@ -286,14 +301,18 @@ def plan_train(
     gpus: str | None = None,
     discover: Callable[[], Topology] = topology,
     check_dataset: bool = True,
+    typed: Spelling = AS_PARSED,
 ) -> Launch:
     """What `rig train` runs: torchrun over the binder and the trainer, or the trainer alone on the CPU."""
     user = parse_kv(kv_args)
     device = user.get("device", "").strip().lower()
     cpu = device in {"cpu", "mps"}
     if device and not cpu and gpus is not None:
-        raise RigError(f"both --gpus {gpus} and device={device} given; give one of them")
-    choice = parse_gpus(None if cpu else (gpus or (device + "," if device else None)))
+        raise RigError(f"both {typed('--gpus', gpus)} and device={device} given; give one of them")
+    if device and not cpu:
+        choice = parse_gpus(device, typed, "device")
+    else:
+        choice = parse_gpus(None if cpu else gpus, typed)
     node = nodes.node_spec(os.environ)
     python = sys.executable
     if cpu:
@@ -307,9 +326,9 @@ def plan_train(
         return Launch([python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())], env)
 
     topo = discover()
-    gpu_ids = select_gpus(choice, topo)
+    gpu_ids = select_gpus(choice, topo, typed)
     world = len(gpu_ids) * node.nnodes
-    check_batch(user, world)
+    check_batch(user, world, typed)
     plan = make_plan(topo, gpu_ids)
     user = _resume(_defaults(user))
     user["device"] = ",".join(str(i) for i in gpu_ids)
@@ -322,9 +341,11 @@ def plan_train(
     return Launch(torchrun_command(plan, node, program, python), env)
 
 
-def plan_launch(program: Sequence[str], topo: Topology, gpus: str | None = None) -> Launch:
+def plan_launch(
+    program: Sequence[str], topo: Topology, gpus: str | None = None, typed: Spelling = AS_PARSED
+) -> Launch:
     """What `rig launch` runs: the user's program on each rank, through torchrun and the binder."""
-    plan = make_plan(topo, select_gpus(parse_gpus(gpus), topo))
+    plan = make_plan(topo, select_gpus(parse_gpus(gpus, typed), topo, typed))
     return Launch(
         torchrun_command(plan, nodes.node_spec(os.environ), program, sys.executable),
         _env_delta(len(plan[0].cpus)),

@@ -7,7 +7,6 @@ only for which GPUs the container sees, and only when reading the live `/sys`.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.errors import RigError
+from rig.observe import nvml
 
 NVIDIA_VENDOR = "0x10de"
 # PCI class 0x0300 (VGA) and 0x0302 (3D controller: every datacenter GPU).
@@ -140,28 +140,14 @@ def _sysfs_gpus(sysfs: Path) -> list[str]:
     return found
 
 
-def nvml_gpus() -> list[tuple[str, str]] | None:
-    """(bus id, UUID) of every GPU NVML shows this container, in NVML order; None without a driver."""
-    try:
-        pynvml: Any = importlib.import_module("pynvml")
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver, no libnvidia-ml: a CPU-only container
-        return None
-    try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            pci = pynvml.nvmlDeviceGetPciInfo(handle)
-            bus = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
-            uuid = pynvml.nvmlDeviceGetUUID(handle)
-            gpus.append((normalize_bus_id(bus), uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
-        # CUDA_DEVICE_ORDER=PCI_BUS_ID (rig's GPU environment) makes CUDA ordinals follow bus order.
-        return sorted(gpus)
-    finally:
-        pynvml.nvmlShutdown()
+def nvml_gpus(module: Any | None = None) -> list[tuple[str, str]] | None:
+    """(bus id, UUID) of every GPU NVML shows this container, in bus order; None without a driver."""
+    with nvml.session(module) as (lib, _):
+        if lib is None:  # no driver, no libnvidia-ml: a CPU-only container
+            return None
+        gpus = [(normalize_bus_id(lib.pci_bus_id(g.index)), g.uuid) for g in lib.gpus()]
+    # CUDA_DEVICE_ORDER=PCI_BUS_ID (rig's GPU environment) makes CUDA ordinals follow bus order.
+    return sorted(gpus)
 
 
 def apply_visible_devices(

@@ -15,7 +15,7 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -39,32 +39,20 @@ class _StopFlag:
 STOP = _StopFlag()
 
 
-def parse_value(text: str) -> Any:
-    """Ultralytics' own CLI typing: 'True' -> True, '16' -> 16, '0.5' -> 0.5, 'none' -> None."""
-    lowered = text.lower()
-    if lowered == "none":
-        return None
-    if lowered in {"true", "false"}:
-        return lowered == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
 # Names and paths stay strings: name=2024 is a directory, not a number.
 _STRING_KEYS = frozenset({"name", "project", "data", "model", "device", "tracker", "cfg"})
 
 
-def parse_args(argv: Sequence[str]) -> dict[str, Any]:
+def parse_args(argv: Sequence[str], smart_value: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """key=value typed by Ultralytics' own CLI rule (ultralytics.cfg.smart_value: 'True' -> True,
+    '16' -> 16, 'none' -> None), except names and paths."""
+    typed = smart_value or importlib.import_module("ultralytics.cfg").smart_value
     args: dict[str, Any] = {}
     for item in argv:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SystemExit(f"ERROR trainer: expected key=value, got {item!r}")
-        args[key] = value if key in _STRING_KEYS else parse_value(value)
+        args[key] = value if key in _STRING_KEYS else typed(value)
     return args
 
 

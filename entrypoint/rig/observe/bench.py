@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import json
 import os
 import shutil
 import statistics
@@ -26,7 +27,9 @@ from typing import Any
 
 from rig import log
 from rig.errors import RigError
-from rig.yolo import overlay, tuning
+from rig.observe import nvml
+from rig.observe.telemetry import StepTimer, StepTotals
+from rig.yolo import datasets, overlay, tuning
 
 _logger = log.get("bench")
 
@@ -60,6 +63,49 @@ class _Plan:
     loader_batches: int
     step_warmup: int
     step_iters: int
+
+
+@dataclass(frozen=True)
+class LoaderResult:
+    """The loader alone, stock Ultralytics settings against ours, in images/s."""
+
+    stock_img_s: float
+    ours_img_s: float
+    speedup: float
+    stock_rounds: list[float]
+    ours_rounds: list[float]
+    stock: dict[str, Any]
+    ours: dict[str, Any]
+    ours_reasons: list[str]
+    ours_dataset_build_s: float
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """The short real run (GPU only)."""
+
+    img_s: float
+    data_wait_fraction: float
+    gpu_util_mean: float | None
+    batches: int
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    loader: LoaderResult
+    step_img_s: float
+    train: TrainResult | None
+    bottleneck: str  # "loader" or "compute"
+    bottleneck_reason: str
+    options: dict[str, Any]
+    device: str
+    cpus: int
+    amp_used: bool
+    compile_used: bool
+    compile_note: str | None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, default=str) + "\n"
 
 
 def _plan(opts: BenchOptions, cuda: bool) -> _Plan:
@@ -203,35 +249,57 @@ def _step_img_s(
 class _GpuSampler:
     """Mean GPU utilisation from NVML, sampled in a thread while a run is in progress."""
 
-    def __init__(self, index: int, interval: float = 0.1) -> None:
-        pynvml = _imp("pynvml")
-        pynvml.nvmlInit()
-        self._nvml, self._handle, self._interval = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index), interval
-        self.samples: list[int] = []
+    def __init__(self, index: int, interval: float = 0.1, nvml_module: Any | None = None) -> None:
+        self._index, self._interval, self._module = index, interval, nvml_module
+        self.samples: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._nvml: nvml.Nvml | None = None
 
     def _run(self) -> None:
+        assert self._nvml is not None
         while not self._stop.wait(self._interval):
-            self.samples.append(int(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
+            try:
+                self.samples.append(self._nvml.utilization(self._index))
+            except Exception:  # a GPU lost mid-run: the mean of what was read
+                return
 
     def __enter__(self) -> _GpuSampler:
-        self._thread.start()
+        self._nvml, state = nvml.Nvml.open(self._module)
+        if self._nvml is None:
+            _logger.info("%s: the real run's GPU utilisation is not measured", state)
+        else:
+            self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self._nvml is not None:
+            self._nvml.close()
 
 
-def _train_run(data_yaml: Path, ours: dict[str, Any], opts: BenchOptions, device: Any) -> dict[str, Any]:
-    """One short epoch with Ultralytics' own trainer; data wait = gaps between batches."""
+STARTUP_BATCHES = 3  # the real run's first batches (workers starting, cudnn autotuning) are not throughput
+
+
+def _train_run(data_yaml: Path, ours: dict[str, Any], opts: BenchOptions, device: Any) -> TrainResult:
+    """One short epoch with Ultralytics' own trainer, its steps timed as telemetry times them."""
     YOLO = _imp("ultralytics").YOLO
-    starts: list[float] = []
-    ends: list[float] = []
+    timer = StepTimer()
+    seen = 0
+
+    def batch_end(_trainer: Any) -> None:
+        nonlocal seen
+        timer.batch_end()
+        seen += 1
+        if seen == STARTUP_BATCHES:
+            timer.drain()
+
     model = YOLO(opts.model)
-    model.add_callback("on_train_batch_start", lambda _t: starts.append(time.perf_counter()))
-    model.add_callback("on_train_batch_end", lambda _t: ends.append(time.perf_counter()))
+    model.add_callback("on_train_epoch_start", lambda _t: timer.epoch_start())
+    model.add_callback("on_train_batch_start", lambda _t: timer.batch_start())
+    model.add_callback("on_train_batch_end", batch_end)
     with (
         tempfile.TemporaryDirectory(prefix="rig-bench-run-") as project,
         _GpuSampler(device.index or 0) as gpu,
@@ -252,18 +320,18 @@ def _train_run(data_yaml: Path, ours: dict[str, Any], opts: BenchOptions, device
             verbose=False,
             **ours,
         )
-    skip = min(3, len(starts) - 2)  # start-up batches
-    if skip < 1:
+    return train_result(timer.drain() if seen > STARTUP_BATCHES else StepTotals(), opts.batch, gpu.samples)
+
+
+def train_result(totals: StepTotals, batch: int, gpu_util: list[float]) -> TrainResult:
+    if totals.steps < 1 or totals.step_s <= 0:
         raise RigError("bench: the training run was too short to measure; use more --train-images")
-    waits = [starts[i] - ends[i - 1] for i in range(skip, len(starts))]
-    total = ends[-1] - ends[skip - 1]
-    n_img = (len(starts) - skip) * opts.batch
-    return {
-        "img_s": n_img / total,
-        "data_wait_fraction": sum(waits) / total,
-        "gpu_util_mean": statistics.fmean(gpu.samples) if gpu.samples else None,
-        "batches": len(starts) - skip,
-    }
+    return TrainResult(
+        img_s=totals.steps * batch / totals.step_s,
+        data_wait_fraction=totals.data_wait_s / totals.step_s,
+        gpu_util_mean=statistics.fmean(gpu_util) if gpu_util else None,
+        batches=totals.steps,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,7 +360,7 @@ def _bench_data(opts: BenchOptions) -> Path:
     return make_demo_dataset(root, train=opts.train_images, val=16, imgsz=w, height=h, force=root.exists())
 
 
-def run_bench(opts: BenchOptions) -> dict[str, Any]:
+def run_bench(opts: BenchOptions) -> BenchResult:
     # Ultralytics' progress bars and per-dataset chatter would bury the table; its warnings stay.
     os.environ.setdefault("YOLO_VERBOSE", "False")
     torch = _imp("torch")
@@ -305,7 +373,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     data_yaml = _bench_data(opts)
     data = check_det_dataset(str(data_yaml))
     datasets_dir = Path(_imp("ultralytics.utils").SETTINGS["datasets_dir"])
-    n_train = tuning.count_train_images(str(data_yaml), datasets_dir)
+    n_train = datasets.count_train_images(str(data_yaml), datasets_dir)
     stock, ours, reasons = settings(opts, n_train)
     for reason in reasons:
         _logger.info("ours: %s", reason)
@@ -330,34 +398,34 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     train = _train_run(data_yaml, ours, opts, device) if device.type == "cuda" else None
     stock_img_s, ours_img_s = statistics.median(rates["stock"]), statistics.median(rates["ours"])
     if train is not None:
-        bottleneck = "loader" if train["data_wait_fraction"] > 0.1 else "compute"
-        why = f"{train['data_wait_fraction']:.0%} of the real run's step time waited for data"
+        bottleneck = "loader" if train.data_wait_fraction > 0.1 else "compute"
+        why = f"{train.data_wait_fraction:.0%} of the real run's step time waited for data"
     else:
         bottleneck = "loader" if ours_img_s < step else "compute"
         why = f"loader {ours_img_s:.0f} img/s vs train step {step:.0f} img/s"
-    return {
-        "loader": {
-            "stock_img_s": stock_img_s,
-            "ours_img_s": ours_img_s,
-            "speedup": ours_img_s / stock_img_s,
-            "stock_rounds": rates["stock"],
-            "ours_rounds": rates["ours"],
-            "stock": stock,
-            "ours": ours,
-            "ours_reasons": reasons,
-            "ours_dataset_build_s": ours_build_s,
-        },
-        "step_img_s": step,
-        "train": train,
-        "bottleneck": bottleneck,
-        "bottleneck_reason": why,
-        "options": asdict(opts) | {"data": str(data_yaml)},
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "cpus": len(os.sched_getaffinity(0)),
-        "amp_used": opts.amp and device.type == "cuda",
-        "compile_used": opts.compile and compile_note is None,
-        "compile_note": compile_note,
-    }
+    return BenchResult(
+        loader=LoaderResult(
+            stock_img_s=stock_img_s,
+            ours_img_s=ours_img_s,
+            speedup=ours_img_s / stock_img_s,
+            stock_rounds=rates["stock"],
+            ours_rounds=rates["ours"],
+            stock=stock,
+            ours=ours,
+            ours_reasons=reasons,
+            ours_dataset_build_s=ours_build_s,
+        ),
+        step_img_s=step,
+        train=train,
+        bottleneck=bottleneck,
+        bottleneck_reason=why,
+        options=asdict(opts) | {"data": str(data_yaml)},
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        cpus=len(os.sched_getaffinity(0)),
+        amp_used=opts.amp and device.type == "cuda",
+        compile_used=opts.compile and compile_note is None,
+        compile_note=compile_note,
+    )
 
 
 def _first_batch(dataset: Any, opts: BenchOptions) -> Any:
@@ -366,25 +434,23 @@ def _first_batch(dataset: Any, opts: BenchOptions) -> Any:
     )
 
 
-def format_table(res: dict[str, Any]) -> str:
-    ld = res["loader"]
+def format_table(res: BenchResult) -> str:
+    ld = res.loader
     rows = [
-        ("loader, stock Ultralytics", f"{ld['stock_img_s']:.1f}", _kv(ld["stock"])),
-        ("loader, ours", f"{ld['ours_img_s']:.1f}", f"{_kv(ld['ours'])}  ({ld['speedup']:.2f}x stock)"),
-        ("train step (compute ceiling)", f"{res['step_img_s']:.1f}", f"on {res['device']}"),
+        ("loader, stock Ultralytics", f"{ld.stock_img_s:.1f}", _kv(ld.stock)),
+        ("loader, ours", f"{ld.ours_img_s:.1f}", f"{_kv(ld.ours)}  ({ld.speedup:.2f}x stock)"),
+        ("train step (compute ceiling)", f"{res.step_img_s:.1f}", f"on {res.device}"),
     ]
-    if res["train"]:
-        t = res["train"]
-        util = "n/a" if t["gpu_util_mean"] is None else f"{t['gpu_util_mean']:.0f}%"
-        rows.append(
-            ("real run", f"{t['img_s']:.1f}", f"GPU util {util}, data wait {t['data_wait_fraction']:.0%}")
-        )
+    if res.train:
+        t = res.train
+        util = "n/a" if t.gpu_util_mean is None else f"{t.gpu_util_mean:.0f}%"
+        rows.append(("real run", f"{t.img_s:.1f}", f"GPU util {util}, data wait {t.data_wait_fraction:.0%}"))
     width = max(len(r[0]) for r in rows)
     lines = [f"{'measure':<{width}}  {'img/s':>8}  notes"]
     lines += [f"{a:<{width}}  {b:>8}  {c}" for a, b, c in rows]
-    lines.append(f"bottleneck: {res['bottleneck']} ({res['bottleneck_reason']})")
-    if res["compile_note"]:
-        lines.append(f"compile: {res['compile_note']}")
+    lines.append(f"bottleneck: {res.bottleneck} ({res.bottleneck_reason})")
+    if res.compile_note:
+        lines.append(f"compile: {res.compile_note}")
     return "\n".join(lines)
 
 

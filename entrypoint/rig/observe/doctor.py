@@ -8,15 +8,17 @@ a warning, does not change the exit code. Any failure exits 1.
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
+from rig import paths
 from rig.launch.binding import Plan
 from rig.launch.topology import Topology, format_cpulist
+from rig.observe.bench import BenchResult
 
 MIN_DRIVER = "530.30.02"  # CUDA 12.1's minimum Linux driver (CUDA 12.1 release notes, table 3)
 GIB = 1 << 30
@@ -34,13 +36,20 @@ TOOLKIT_FIX = (
     "and check that `nvidia-smi` works there"
 )
 
-STATUSES = ("pass", "warn", "fail", "skip")
+
+class Status(enum.StrEnum):
+    """What a check found; printed and written to JSON as its value."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"  # nothing to look at: like a warning, no effect on the exit code
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
-    status: str  # one of STATUSES
+    status: Status
     detail: str
     fix: str = ""
 
@@ -86,7 +95,7 @@ class Facts:
     cap_bnd: int | None = None
     numa_nodes: int = 1
     dataset: DatasetFacts | None = None
-    bench: Mapping[str, Any] | None = None
+    bench: BenchResult | None = None
     bench_error: str | None = None
     bench_requested: bool = False
 
@@ -109,7 +118,7 @@ def check_driver(f: Facts) -> Check:
         why = f"({f.nvml_error})" if f.nvml_error else ""
         return Check(
             "driver",
-            "fail",
+            Status.FAIL,
             f"no NVIDIA driver visible in the container {why}".strip(),
             f"install an NVIDIA driver >= {MIN_DRIVER} on the host, then give the container GPUs "
             "(the gpus check says how)",
@@ -117,17 +126,17 @@ def check_driver(f: Facts) -> Check:
     if _version(f.driver_version) < _version(MIN_DRIVER):
         return Check(
             "driver",
-            "fail",
+            Status.FAIL,
             f"driver {f.driver_version} is older than {MIN_DRIVER}, the minimum for the image's CUDA 12.1",
             f"upgrade the host's NVIDIA driver to {MIN_DRIVER} or newer (e.g. the 535 or 550 branch)",
         )
-    return Check("driver", "pass", f"driver {f.driver_version} (CUDA 12.1 needs >= {MIN_DRIVER})")
+    return Check("driver", Status.PASS, f"driver {f.driver_version} (CUDA 12.1 needs >= {MIN_DRIVER})")
 
 
 def check_gpus(f: Facts) -> Check:
     if not f.gpus:
         why = f.nvml_error or "NVML sees 0 GPUs"
-        return Check("gpus", "fail", f"no GPU visible in the container ({why})", TOOLKIT_FIX)
+        return Check("gpus", Status.FAIL, f"no GPU visible in the container ({why})", TOOLKIT_FIX)
     usable = len(f.topology.gpus) if f.topology is not None else len(f.gpus)
     names = ", ".join(sorted({g.name for g in f.gpus}))
     seen = f"{len(f.gpus)} GPU(s) visible ({names})"
@@ -136,15 +145,15 @@ def check_gpus(f: Facts) -> Check:
     if f.requested_gpus is not None and usable < f.requested_gpus:
         return Check(
             "gpus",
-            "fail",
+            Status.FAIL,
             f"{f.requested_from} asks for {f.requested_gpus} GPU(s) but {seen}",
             "start the container with the GPUs you want (`--gpus '\"device=0,1\"'`, compose device_ids "
             "or count) and check them with `nvidia-smi -L` on the host; unset a CUDA_VISIBLE_DEVICES "
             "that hides some",
         )
     if f.requested_gpus is not None and usable > f.requested_gpus:
-        return Check("gpus", "pass", f"{seen}; {f.requested_from} uses {f.requested_gpus} of them")
-    return Check("gpus", "pass", seen)
+        return Check("gpus", Status.PASS, f"{seen}; {f.requested_from} uses {f.requested_gpus} of them")
+    return Check("gpus", Status.PASS, seen)
 
 
 def shm_need(f: Facts, workers_per_rank: int, nranks: int) -> int:
@@ -175,19 +184,19 @@ def check_shm(f: Facts) -> Check:
     )
     have = f"/dev/shm is {_size(f.shm_total)} ({_size(f.shm_free)} free)"
     if f.shm_free >= full:
-        return Check("shm", "pass", f"{have}; {what}")
+        return Check("shm", Status.PASS, f"{have}; {what}")
     if f.shm_free < one:
-        return Check("shm", "warn", f"{have}: not enough for one loader worker; {what}", fix)
-    return Check("shm", "warn", f"{have}: rig train will run fewer loader workers; {what}", fix)
+        return Check("shm", Status.WARN, f"{have}: not enough for one loader worker; {what}", fix)
+    return Check("shm", Status.WARN, f"{have}: rig train will run fewer loader workers; {what}", fix)
 
 
 def check_memlock(f: Facts) -> Check:
     soft = f.memlock[0]
     if soft < 0:
-        return Check("memlock", "pass", "locked-memory limit is unlimited")
+        return Check("memlock", Status.PASS, "locked-memory limit is unlimited")
     return Check(
         "memlock",
-        "warn",
+        Status.WARN,
         f"locked-memory limit is {_limit(soft)}: NCCL over InfiniBand/RoCE cannot register its buffers",
         "compose `ulimits: {memlock: -1}` (docker run --ulimit memlock=-1)",
     )
@@ -196,10 +205,10 @@ def check_memlock(f: Facts) -> Check:
 def check_stack(f: Facts) -> Check:
     soft = f.stack[0]
     if soft < 0 or soft >= STACK_RECOMMENDED:
-        return Check("stack", "pass", f"stack limit is {_limit(soft)}")
+        return Check("stack", Status.PASS, f"stack limit is {_limit(soft)}")
     return Check(
         "stack",
-        "warn",
+        Status.WARN,
         f"stack limit is {_limit(soft)}, below the {_size(STACK_RECOMMENDED)} NVIDIA's containers ask for",
         "compose `ulimits: {stack: 67108864}` (docker run --ulimit stack=67108864)",
     )
@@ -208,26 +217,29 @@ def check_stack(f: Facts) -> Check:
 def check_numa(f: Facts) -> Check:
     if f.topology is None:
         return Check(
-            "numa", "warn", f"could not read the topology ({f.topology_error})", "run `rig plan` to see why"
+            "numa",
+            Status.WARN,
+            f"could not read the topology ({f.topology_error})",
+            "run `rig plan` to see why",
         )
     if not f.topology.gpus or f.plan is None:
-        return Check("numa", "skip", "no GPU to bind")
+        return Check("numa", Status.SKIP, "no GPU to bind")
     cpus = format_cpulist(f.topology.allowed_cpus)
     ranks = "; ".join(
         f"rank {r.local_rank}: GPU {r.gpu_bus_id} node {r.numa_node} CPUs {format_cpulist(r.cpus)}"
         for r in f.plan.ranks
     )
     if f.plan.warnings:
-        return Check("numa", "warn", f"container CPUs {cpus}; {' '.join(f.plan.warnings)}", _numa_fix(f))
+        return Check("numa", Status.WARN, f"container CPUs {cpus}; {' '.join(f.plan.warnings)}", _numa_fix(f))
     thin = [r for r in f.plan.ranks if len(r.cpus) < 2]
     if thin:
         return Check(
             "numa",
-            "warn",
+            Status.WARN,
             f"container CPUs {cpus}; {len(thin)} rank(s) get one CPU, too few for loader workers: {ranks}",
             _numa_fix(f),
         )
-    return Check("numa", "pass", f"container CPUs {cpus}; {ranks}")
+    return Check("numa", Status.PASS, f"container CPUs {cpus}; {ranks}")
 
 
 def _numa_fix(f: Facts) -> str:
@@ -240,18 +252,22 @@ def _numa_fix(f: Facts) -> str:
 
 def check_sys_nice(f: Facts) -> Check:
     if f.seccomp == 0:
-        return Check("cap_sys_nice", "pass", "no seccomp filter: ranks can bind memory to their NUMA node")
+        return Check(
+            "cap_sys_nice", Status.PASS, "no seccomp filter: ranks can bind memory to their NUMA node"
+        )
     # Docker's seccomp profile allows set_mempolicy/mbind only to containers holding CAP_SYS_NICE; a
     # non-root user's effective set is empty, so the container's bounding set is what decides.
     if f.cap_bnd is not None and f.cap_bnd >> CAP_SYS_NICE & 1:
-        return Check("cap_sys_nice", "pass", "CAP_SYS_NICE granted: ranks can bind memory to their NUMA node")
+        return Check(
+            "cap_sys_nice", Status.PASS, "CAP_SYS_NICE granted: ranks can bind memory to their NUMA node"
+        )
     if f.numa_nodes <= 1:
         return Check(
-            "cap_sys_nice", "pass", "one NUMA node: no memory binding needed (CAP_SYS_NICE not granted)"
+            "cap_sys_nice", Status.PASS, "one NUMA node: no memory binding needed (CAP_SYS_NICE not granted)"
         )
     return Check(
         "cap_sys_nice",
-        "warn",
+        Status.WARN,
         f"no CAP_SYS_NICE on a {f.numa_nodes}-node machine: Docker's seccomp profile blocks memory binding, "
         "so ranks allocate on whatever node the kernel picks",
         "compose `cap_add: [SYS_NICE]` (docker run --cap-add SYS_NICE)",
@@ -261,33 +277,36 @@ def check_sys_nice(f: Facts) -> Check:
 def check_dataset(f: Facts) -> Check:
     d = f.dataset
     if d is None:
-        return Check("dataset", "skip", "no --data given")
+        return Check("dataset", Status.SKIP, "no --data given")
     if d.path is None or d.error:
         return Check(
             "dataset",
-            "fail",
+            Status.FAIL,
             f"{d.data}: {d.error or 'not found'}",
             "give --data a data yaml or image directory that exists in the container (mount it, e.g. under "
-            "/datasets) and is readable by this user",
+            f"{paths.DATASETS}) and is readable by this user",
         )
     if d.images == 0:
         return Check(
-            "dataset", "fail", f"{d.path}: no images in the train split", "check the yaml's path/train keys"
+            "dataset",
+            Status.FAIL,
+            f"{d.path}: no images in the train split",
+            "check the yaml's path/train keys",
         )
     if d.unreadable:
         return Check(
             "dataset",
-            "fail",
+            Status.FAIL,
             f"{d.path}: {len(d.unreadable)} of {d.sampled} sampled files unreadable, e.g. {d.unreadable[0]}",
             "fix the files' permissions for this user (rig runs as uid RIG_UID; see `id`)",
         )
-    return Check("dataset", "pass", f"{d.path}: {d.images} train images, readable")
+    return Check("dataset", Status.PASS, f"{d.path}: {d.images} train images, readable")
 
 
 def check_read_speed(f: Facts) -> Check:
     d = f.dataset
     if d is None or d.path is None or d.error or d.sampled == 0 or d.read_s <= 0:
-        return Check("read_speed", "skip", "no readable dataset (--data)")
+        return Check("read_speed", Status.SKIP, "no readable dataset (--data)")
     img_s, mb_s = d.sampled / d.read_s, d.sampled_bytes / MIB / d.read_s
     detail = (
         f"read {d.sampled} files ({_size(d.sampled_bytes)}) in {d.read_s:.2f} s: {img_s:.0f} img/s, "
@@ -296,23 +315,23 @@ def check_read_speed(f: Facts) -> Check:
     if img_s < SLOW_READ_IMG_S:
         return Check(
             "read_speed",
-            "warn",
+            Status.WARN,
             detail,
             "copy the dataset to a local SSD, or train with cache=ram (or cache=disk) so epochs after the "
             "first do not read it again",
         )
-    return Check("read_speed", "pass", detail)
+    return Check("read_speed", Status.PASS, detail)
 
 
 def check_cache_ram(f: Facts) -> Check:
     d = f.dataset
     if d is None or d.cache_value is None:
-        return Check("cache_ram", "skip", "no readable dataset (--data)")
+        return Check("cache_ram", Status.SKIP, "no readable dataset (--data)")
     if d.cache_value == "ram":
-        return Check("cache_ram", "pass", f"cache=ram fits: {d.cache_reason}")
+        return Check("cache_ram", Status.PASS, f"cache=ram fits: {d.cache_reason}")
     return Check(
         "cache_ram",
-        "warn",
+        Status.WARN,
         f"cache=ram does not fit: {d.cache_reason}",
         "use cache=disk (decoded .npy next to the images), a smaller imgsz, fewer ranks per box, or more RAM",
     )
@@ -320,27 +339,25 @@ def check_cache_ram(f: Facts) -> Check:
 
 def check_bench(f: Facts) -> Check:
     if not f.bench_requested:
-        return Check("bench", "skip", "loader vs step throughput not measured; run `rig doctor --bench`")
+        return Check("bench", Status.SKIP, "loader vs step throughput not measured; run `rig doctor --bench`")
     if f.bench is None:
         return Check(
-            "bench", "fail", f"rig bench failed: {f.bench_error}", "run `rig bench --quick` to see why"
+            "bench", Status.FAIL, f"rig bench failed: {f.bench_error}", "run `rig bench --quick` to see why"
         )
-    loader = f.bench.get("loader", {})
-    ours, step = float(loader.get("ours_img_s", 0.0)), float(f.bench.get("step_img_s", 0.0))
-    bottleneck = str(f.bench.get("bottleneck", "loader" if ours < step else "compute"))
-    why = f.bench.get("bottleneck_reason")
+    ours, step, bottleneck = f.bench.loader.ours_img_s, f.bench.step_img_s, f.bench.bottleneck
+    why = f.bench.bottleneck_reason
     detail = f"loader {ours:.3g} img/s, train step {step:.3g} img/s: the bottleneck is {bottleneck}"
     if why and "img/s" not in why:  # the bench's own reason, when it is more than these two numbers
         detail += f" ({why})"
     if bottleneck == "loader":
         return Check(
             "bench",
-            "warn",
+            Status.WARN,
             detail,
             "give each GPU more CPUs (cpuset on its NUMA node), train with cache=ram, or lighten "
             "augmentation; the GPU idles while it waits for data",
         )
-    return Check("bench", "pass", detail)
+    return Check("bench", Status.PASS, detail)
 
 
 CHECKS: tuple[Callable[[Facts], Check], ...] = (
@@ -363,7 +380,7 @@ def run_checks(facts: Facts) -> list[Check]:
 
 
 def exit_code(checks: Sequence[Check]) -> int:
-    return 1 if any(c.status == "fail" for c in checks) else 0
+    return 1 if any(c.status is Status.FAIL for c in checks) else 0
 
 
 # ---------------------------------------------------------------------------------------- rendering
@@ -372,9 +389,9 @@ def render_text(checks: Sequence[Check]) -> str:
     lines = []
     for c in checks:
         lines.append(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
-        if c.fix and c.status in ("warn", "fail"):
+        if c.fix and c.status in (Status.WARN, Status.FAIL):
             lines.append(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
-    counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
+    counts = {s: sum(c.status is s for c in checks) for s in Status}
     lines.append("rig doctor: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
     return "\n".join(lines)
 

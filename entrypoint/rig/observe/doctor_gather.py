@@ -8,7 +8,6 @@ an exception: the doctor must report on a broken box, not crash on it.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import re
 import time
@@ -16,14 +15,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from rig import paths
 from rig.errors import RigError
+from rig.launch import job
 from rig.launch.binding import make_plan
 from rig.launch.topology import read_topology
+from rig.observe import bench as rig_bench
+from rig.observe.bench import BenchResult
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
-from rig.observe.nvml import Nvml, describe_error
-from rig.yolo import tuning
+from rig.observe.nvml import describe_error, session
+from rig.yolo import datasets, tuning
 
 SAMPLE_FILES = 256
 SAMPLE_BYTES = 256 << 20
@@ -68,21 +69,22 @@ def read_status(root: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
 
 
-def requested_gpus(gpus: str | None, environ: Mapping[str, str]) -> tuple[int | None, str]:
-    """How many GPUs were asked for: --gpus as `rig train` takes it (N, all, or ids 0,2), else the
-    toolkit's NVIDIA_VISIBLE_DEVICES list; None when nothing narrower than 'all' was asked."""
-    if gpus is not None and gpus.strip() != "all":
-        text = gpus.strip()
-        if text.isdigit():
-            return int(text), f"--gpus {text}"
-        ids = [g for g in text.split(",") if g.strip()]
-        if not ids or not all(g.strip().isdigit() for g in ids):
-            raise RigError(f"--gpus {gpus!r}: give a count (2), 'all', or GPU ids like 0,2")
-        return len(ids), f"--gpus {text}"
+def requested_gpus(gpus: str | None, environ: Mapping[str, str]) -> tuple[str | list[int] | int, str]:
+    """What was asked for: --gpus as `rig train` reads it (N, all, or ids 0,2), else the toolkit's
+    NVIDIA_VISIBLE_DEVICES as a count; 'all' when nothing narrower was asked. And where it came from."""
+    if gpus is not None and (choice := job.parse_gpus(gpus)) != "all":
+        return choice, f"--gpus {gpus.strip()}"
     visible = environ.get("NVIDIA_VISIBLE_DEVICES", "").strip()
     if visible and visible not in ("all", "void", "none"):
         return len([v for v in visible.split(",") if v.strip()]), f"NVIDIA_VISIBLE_DEVICES={visible}"
-    return None, ""
+    return "all", ""
+
+
+def planned_gpus(choice: str | list[int] | int, visible: int) -> list[int]:
+    """The visible GPUs `rig train` would use for choice; those missing are the gpus check's to report."""
+    if isinstance(choice, list):
+        return [i for i in choice if i < visible]
+    return list(range(visible if choice == "all" else min(int(choice), visible)))
 
 
 def _hex(value: str | None) -> int | None:
@@ -104,26 +106,24 @@ def gather(
     imgsz: int = 640,
 ) -> Facts:
     env = os.environ if environ is None else environ
-    nvml, state = Nvml.open(nvml_module)
-    driver, gpu_facts, nvml_error = None, [], None if nvml is not None else state
-    if nvml is not None:
-        try:
-            driver = nvml.driver_version()
-            gpu_facts = [GpuFact(g.index, g.name) for g in nvml.gpus()]
-        except Exception as e:  # a GPU fell off the bus, a driver/library mismatch...
-            nvml_error = f"NVML error ({describe_error(e)})"
-        finally:
-            nvml.close()
+    with session(nvml_module) as (nvml, state):
+        driver, gpu_facts, nvml_error = None, [], None if nvml is not None else state
+        if nvml is not None:
+            try:
+                driver = nvml.driver_version()
+                gpu_facts = [GpuFact(g.index, g.name) for g in nvml.gpus()]
+            except Exception as e:  # a GPU fell off the bus, a driver/library mismatch...
+                nvml_error = f"NVML error ({describe_error(e)})"
     if driver is None:
         driver = driver_from_proc(root)
 
-    requested, requested_from = requested_gpus(gpus, env)
+    choice, requested_from = requested_gpus(gpus, env)
+    requested = None if choice == "all" else len(choice) if isinstance(choice, list) else int(choice)
     topology, topology_error, plan = None, None, None
     try:
         topology = read_topology(root, environ=env)
-        if topology.gpus:
-            nranks = min(requested or len(topology.gpus), len(topology.gpus))
-            plan = make_plan(topology, nranks)
+        if ids := planned_gpus(choice, len(topology.gpus)):
+            plan = make_plan(topology, len(ids), ids)
     except RigError as e:
         topology_error = str(e)
     except Exception as e:  # sparse or odd sysfs (VMs, gVisor): report it, keep checking the rest
@@ -170,31 +170,16 @@ def gather(
 
 
 # ------------------------------------------------------------------------------------------ dataset
-def _resolve(data: str, root: Path) -> Path | None:
-    p = Path(data)
-    candidates = [p] if p.is_absolute() else [p, root / "datasets" / p]
-    return next((c for c in candidates if c.exists()), None)
-
-
-def train_images(path: Path, root: Path) -> list[Path]:
-    """The train split's image files, resolved as Ultralytics does; raises OSError/ValueError."""
+def train_images(path: Path, datasets_dir: Path) -> list[Path]:
+    """The train split's image files (rig.yolo.datasets); a folder's images for a folder.
+    Raises DatasetError."""
     if path.is_dir():
-        return tuning.images_in(path)
-    spec = yaml.safe_load(path.read_text())
-    if not isinstance(spec, dict) or "train" not in spec:
-        raise ValueError("not an Ultralytics data yaml (no `train:` key)")
-    base = Path(str(spec.get("path") or path.parent))
-    if not base.is_absolute():
-        base = root / "datasets" / base if not (path.parent / base).exists() else path.parent / base
-    train = spec["train"]
-    images: list[Path] = []
-    for entry in train if isinstance(train, list) else [train]:
-        e = Path(str(entry))
-        e = e if e.is_absolute() else base / e
-        if not e.exists():
-            raise ValueError(f"train split {e} does not exist")
-        images += tuning.images_in(e)
-    return images
+        return datasets.images_in(path)
+    spec = datasets.load(path, datasets_dir)
+    missing = spec.missing_train()
+    if missing is not None:
+        raise datasets.DatasetError(f"train split {missing} does not exist")
+    return datasets.train_images(spec)
 
 
 def read_sample(images: list[Path]) -> tuple[int, int, float, tuple[str, ...]]:
@@ -219,14 +204,13 @@ def read_sample(images: list[Path]) -> tuple[int, int, float, tuple[str, ...]]:
 def gather_dataset(
     data: str, root: Path, *, batch: int, imgsz: int, nranks: int, rank_cpus: int
 ) -> DatasetFacts:
-    path = _resolve(data, root)
+    datasets_dir = root / paths.DATASETS.relative_to("/")
+    path = datasets.locate(data, datasets_dir)
     if path is None:
-        return DatasetFacts(
-            data, error=f"not found (looked in the working directory and {root / 'datasets'})"
-        )
+        return DatasetFacts(data, error=f"not found (looked in the working directory and {datasets_dir})")
     try:
-        images = train_images(path, root)
-    except (OSError, ValueError, yaml.YAMLError) as e:
+        images = train_images(path, datasets_dir)
+    except (OSError, datasets.DatasetError) as e:
         return DatasetFacts(data, path=str(path), error=str(e))
     n, size, seconds, bad = read_sample(images)
     decisions = tuning.decide(
@@ -251,11 +235,10 @@ def gather_dataset(
 
 
 # -------------------------------------------------------------------------------------------- bench
-def run_bench(data: str | None, *, batch: int, imgsz: int) -> tuple[Mapping[str, Any] | None, str | None]:
+def run_bench(data: str | None, *, batch: int, imgsz: int) -> tuple[BenchResult | None, str | None]:
     """`rig bench --quick` on the user's data (or its generated shapes): loader vs train step."""
     try:
-        bench: Any = importlib.import_module("rig.observe.bench")  # imports torch: only with --bench
-        result = bench.run_bench(bench.BenchOptions(data=data, quick=True, batch=batch, imgsz=imgsz))
+        result = rig_bench.run_bench(rig_bench.BenchOptions(data=data, quick=True, batch=batch, imgsz=imgsz))
     except Exception as e:  # a broken bench is a failed check, not a crashed doctor
         return None, describe_error(e)
     return result, None

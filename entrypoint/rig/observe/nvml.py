@@ -1,14 +1,16 @@
-"""NVML, the NVIDIA driver's management library, for telemetry and `rig doctor`.
+"""NVML, the NVIDIA driver's management library: rig's one way to ask it (telemetry, `rig doctor`,
+`rig bench`, and the GPU list of rig.launch.topology).
 
 pynvml (nvidia-ml-py) is imported on first use, and the module is injectable: tests pass a fake
-with the same functions, so neither a GPU nor the package is needed on the host.
+with the same functions, so neither a GPU nor the package is needed on the host. `session` pairs
+every init with its shutdown.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -66,12 +68,20 @@ class Nvml:
             )
         return out
 
+    def pci_bus_id(self, index: int) -> str:
+        """As NVML writes it: 00000000:18:00.0."""
+        return _text(self.m.nvmlDeviceGetPciInfo(self._handle(index)).busId)
+
+    def utilization(self, index: int) -> float:
+        """The GPU's busy percentage over NVML's last sample period."""
+        return float(self.m.nvmlDeviceGetUtilizationRates(self._handle(index)).gpu)
+
     def read(self, index: int) -> tuple[dict[str, float | None], list[str]]:
         """One sample of every GPU field; a field NVML cannot read is None, its error returned."""
         h = self._handle(index)
         m = self.m
         readers: dict[str, Callable[[], float]] = {
-            "util_pct": lambda: float(m.nvmlDeviceGetUtilizationRates(h).gpu),
+            "util_pct": lambda: self.utilization(index),
             "mem_used_mib": lambda: float(m.nvmlDeviceGetMemoryInfo(h).used) / 2**20,
             "power_w": lambda: float(m.nvmlDeviceGetPowerUsage(h)) / 1000.0,
             "temp_c": lambda: float(m.nvmlDeviceGetTemperature(h, m.NVML_TEMPERATURE_GPU)),
@@ -93,6 +103,17 @@ class Nvml:
         if index not in self._handles:
             self._handles[index] = self.m.nvmlDeviceGetHandleByIndex(index)
         return self._handles[index]
+
+
+@contextlib.contextmanager
+def session(module: Any | None = None) -> Iterator[tuple[Nvml | None, str]]:
+    """Nvml.open() for the length of a block, shut down after it however the block ends."""
+    nvml, state = Nvml.open(module)
+    try:
+        yield nvml, state
+    finally:
+        if nvml is not None:
+            nvml.close()
 
 
 def _import_pynvml() -> ModuleType:

@@ -12,13 +12,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import log
+from rig import log, paths, safefs
 from rig.errors import RigError
 
 PORT = 2222
 CONFIG = Path("/etc/ssh/sshd_config")
 # Generated once into the state volume: the fingerprint survives `docker compose down` and `up`.
-HOST_KEY_DIR = Path("/var/lib/rig/ssh")
+HOST_KEY_DIR = paths.STATE / "ssh"
 # No RSA: generating one takes about a second of the first start, and every OpenSSH since 2014
 # (6.5) speaks ed25519; ECDSA for the odd older client library.
 HOST_KEY_TYPES = ("ed25519", "ecdsa")
@@ -119,11 +119,7 @@ def ensure_host_keys(directory: Path = HOST_KEY_DIR) -> list[str]:
 
 def install_keys(keys: list[PublicKey], user: str, directory: Path = AUTHORIZED_KEYS_DIR) -> None:
     directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-    target = directory / user
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text("".join(k.line + "\n" for k in keys))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, target)
+    safefs.write_file(directory / user, "".join(k.line + "\n" for k in keys).encode(), 0o644)
 
 
 def set_password(user: str, password: str | None) -> None:

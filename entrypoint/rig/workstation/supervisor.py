@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
-from rig import log
+from rig import log, safefs
 from rig.workstation import servicelog, sessions
 from rig.workstation.spec import ServiceSpec
 
@@ -309,7 +309,4 @@ class Supervisor:
             }
             for name, s in self.status.items()
         }
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, self.state_file)
+        safefs.write_file(self.state_file, (json.dumps(data, indent=1) + "\n").encode())

@@ -22,6 +22,7 @@ from rig import log, paths, safefs
 from rig.workstation import users
 
 _logger = log.get("workspace")
+NOTEBOOKS = paths.OPT / "notebooks"  # the baked notebooks
 
 MANIFEST = ".rig-seeded.json"
 NOTEBOOK_SUFFIXES = (".ipynb",)
@@ -78,9 +79,7 @@ def _skipped(path: Path, why: object, fix: str) -> None:
     _logger.warning("skipped %s: %s; %s", path, why, fix)
 
 
-def seed_notebooks(
-    src: Path = Path("/opt/rig/notebooks"), dst: Path = paths.WORKSPACE / "notebooks"
-) -> dict[str, Action]:
+def seed_notebooks(src: Path = NOTEBOOKS, dst: Path = paths.WORKSPACE / "notebooks") -> dict[str, Action]:
     """Copy the baked notebooks from src into dst; return what was done with each file.
 
     dst is the user's: nothing there is followed or trusted. Whatever is found where a folder or a
@@ -150,7 +149,7 @@ def _seed_into(src: Path, dst: Path, nb_fd: int) -> dict[str, Action]:
     return results
 
 
-def prepare_as_user(workspace: Path = paths.WORKSPACE, notebooks: Path = Path("/opt/rig/notebooks")) -> None:
+def prepare_as_user(workspace: Path = paths.WORKSPACE, notebooks: Path = NOTEBOOKS) -> None:
     """runs/ (TensorBoard's and training's folder) and the notebooks, as whoever calls this."""
     try:
         with safefs.opened_dir(workspace) as wfd:

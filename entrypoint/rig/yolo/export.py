@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rig import log
+from rig import log, paths
 from rig.errors import RigError
 
 _logger = log.get("export")
 
 DEFAULT_RTOL = 1e-3
-DEMO_IMAGES = Path("/datasets/demo/images/val")
+DEMO_IMAGES = paths.DEMO_DATASET / "images/val"
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
 FORMATS = ("onnx",)
 

@@ -20,7 +20,7 @@ import yaml
 from rig import log
 from rig.errors import RigError
 from rig.yolo import assets
-from rig.yolo.offline import _packaged_yaml
+from rig.yolo.datasets import packaged_yaml
 
 _logger = log.get("datasets")
 
@@ -52,7 +52,7 @@ def describe(yaml_path: Path, spec: Any, datasets_dir: Path) -> Named:
 def find(name: str, datasets_dir: Path) -> Named:
     """The dataset yaml by Ultralytics' name (coco8.yaml) or a path to one."""
     given = Path(name)
-    path = given if given.is_file() else _packaged_yaml(name) if len(given.parts) == 1 else None
+    path = given if given.is_file() else packaged_yaml(name) if len(given.parts) == 1 else None
     if path is None:
         raise RigError(f"no dataset named {name}: give one of Ultralytics' (coco8.yaml, coco128.yaml ...)")
     try:

@@ -14,15 +14,14 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import yaml
-
-from rig import log
+from rig import log, paths
 from rig.errors import RigError
+from rig.yolo import datasets
 
 _logger = log.get("yolo")
 
 WEIGHT_SUFFIXES = (".pt", ".pth", ".onnx", ".engine", ".torchscript", ".safetensors")
-_DEFAULTS = {"weights_dir": "/weights", "datasets_dir": "/datasets"}
+_DEFAULTS = {"weights_dir": str(paths.WEIGHTS), "datasets_dir": str(paths.DATASETS)}
 
 
 def settings_dirs(environ: Mapping[str, str] = os.environ) -> dict[str, Path]:
@@ -33,23 +32,6 @@ def settings_dirs(environ: Mapping[str, str] = os.environ) -> dict[str, Path]:
         with contextlib.suppress(OSError, ValueError):
             values.update(json.loads((Path(cfg) / "Ultralytics/settings.json").read_text()))
     return {k: Path(str(values[k])) for k in _DEFAULTS}
-
-
-def _packaged_yaml(name: str) -> Path | None:
-    """A dataset yaml shipped inside Ultralytics (coco8.yaml ...), found without importing it."""
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("ultralytics")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for root in spec.submodule_search_locations:
-        hits = list((Path(root) / "cfg/datasets").rglob(Path(name).name))
-        if hits:
-            return hits[0]
-    return None
 
 
 def missing_weights(model: str, weights_dir: Path) -> str | None:
@@ -69,32 +51,19 @@ def missing_weights(model: str, weights_dir: Path) -> str | None:
 
 def missing_data(data: str, datasets_dir: Path) -> str | None:
     """The one-line problem with data=, or None when its yaml and train images are there."""
-    given = Path(data)
-    candidates = [given] if given.is_absolute() else [given, datasets_dir / given]
-    yaml_path = next((p for p in candidates if p.is_file()), None)
-    if yaml_path is None:
-        packaged = _packaged_yaml(data) if not given.is_absolute() and len(given.parts) == 1 else None
-        if packaged is None:
-            return (
-                f"dataset yaml {data} not found: put it at {candidates[-1]} or pass data=/path/to/data.yaml"
-            )
-        yaml_path = packaged
+    yaml_path = datasets.locate(data, datasets_dir)
+    if yaml_path is None or yaml_path.is_dir():
+        where = datasets.candidates(data, datasets_dir)[-1]
+        return f"dataset yaml {data} not found: put it at {where} or pass data=/path/to/data.yaml"
     try:
-        spec = yaml.safe_load(yaml_path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        return f"dataset yaml {yaml_path} is unreadable: {e}".replace("\n", " ")
-    if not isinstance(spec, dict) or "train" not in spec:
-        return f"dataset yaml {yaml_path} has no 'train:' entry"
-    root = Path(str(spec.get("path") or yaml_path.parent))
-    if not root.is_absolute():
-        root = datasets_dir / root
-    train = spec["train"]
-    first = Path(str(train[0] if isinstance(train, list) else train))
-    train_path = first if first.is_absolute() else root / first
-    if not train_path.exists():
+        spec = datasets.load(yaml_path, datasets_dir)
+    except datasets.DatasetError as e:
+        return f"dataset yaml {e}"
+    missing = spec.missing_train()
+    if missing is not None:
         return (
-            f"dataset {yaml_path.name}: {train_path} does not exist and this container is offline: "
-            f"put the dataset under {root} (the `datasets` volume), or make one with `rig demo-data`"
+            f"dataset {yaml_path.name}: {missing} does not exist and this container is offline: "
+            f"put the dataset under {spec.root} (the `datasets` volume), or make one with `rig demo-data`"
         )
     return None
 

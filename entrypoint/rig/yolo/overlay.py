@@ -12,12 +12,14 @@ from typing import Any
 
 import yaml
 
+from rig import paths
+
 OVERLAY_NAME = "ultralytics.yaml"
 UPSTREAM_NAME = "upstream.yaml"
 
 
 def configs_dir() -> Path:
-    return Path(os.environ.get("RIG_CONFIGS_DIR", "/opt/rig/configs"))
+    return Path(os.environ.get("RIG_CONFIGS_DIR", str(paths.OPT / "configs")))
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from rig import paths
+from rig.yolo import datasets
 
 GIB = 1 << 30
 DEFAULT_IMGSZ = 640
@@ -36,9 +37,6 @@ AUTOBATCH_ASSUMED = 64
 SHM_BATCHES_PER_WORKER = 4 + 2 * 2 * 2
 # Ultralytics' check_cache_ram() refuses the RAM cache unless twice its size is available.
 CACHE_RAM_MARGIN = 2.0
-IMAGE_SUFFIXES = frozenset(
-    {".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm", ".heic"}
-)
 
 
 @dataclass(frozen=True)
@@ -95,40 +93,6 @@ def read_resources(sys_root: Path = Path("/")) -> Resources:
     """RAM available (the smaller of MemAvailable and the cgroup headroom) and free /dev/shm."""
     candidates = [v for v in (_meminfo_available(sys_root), _cgroup_headroom(sys_root)) if v is not None]
     return Resources(mem_available=min(candidates) if candidates else 0, shm_free=shm_bytes(sys_root)[1])
-
-
-def images_in(entry: Path) -> list[Path]:
-    """The images a data yaml's split entry names: a folder (recursively), a .txt list of paths
-    (relative to the list's folder), or one image; empty when there is nothing there."""
-    if entry.is_dir():
-        return sorted(p for p in entry.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-    if entry.suffix == ".txt" and entry.is_file():
-        lines = [s.strip() for s in entry.read_text(encoding="utf-8-sig").splitlines() if s.strip()]
-        return [Path(s) if Path(s).is_absolute() else entry.parent / s for s in lines]
-    return [entry] if entry.suffix.lower() in IMAGE_SUFFIXES and entry.is_file() else []
-
-
-def count_train_images(data: str, datasets_dir: Path) -> int | None:
-    """Images in a data yaml's train split, resolved the way Ultralytics does; None if unknown."""
-    yaml_path = Path(data)
-    if not yaml_path.is_absolute() and not yaml_path.exists():
-        yaml_path = datasets_dir / yaml_path
-    try:
-        spec = yaml.safe_load(yaml_path.read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    if not isinstance(spec, dict) or "train" not in spec:
-        return None
-    root = Path(str(spec.get("path") or yaml_path.parent))
-    if not root.is_absolute():
-        root = datasets_dir / root
-    train = spec["train"]
-    entries = train if isinstance(train, list) else [train]
-    total = 0
-    for e in entries:
-        p = Path(str(e))
-        total += len(images_in(p if p.is_absolute() else root / p))
-    return total or None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,8 +196,8 @@ def launch_decisions(
 ) -> list[Decision]:
     """Discover the machine and the dataset, then decide (see `decide`)."""
     if datasets_dir is None:
-        datasets_dir = sys_root / "datasets"
-    images = count_train_images(data, datasets_dir) if data else None
+        datasets_dir = sys_root / paths.DATASETS.relative_to("/")
+    images = datasets.count_train_images(data, datasets_dir) if data else None
     return decide(
         user_args=user_args,
         train_images=images,

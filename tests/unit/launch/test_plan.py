@@ -13,11 +13,13 @@ from rig.launch.topology import (
     apply_visible_devices,
     format_cpulist,
     normalize_bus_id,
+    nvml_gpus,
     parse_cpulist,
     read_topology,
 )
 
 from tests.helpers.fakesys import FakeSys, bus
+from tests.scripts.fake_nvml import FakeGpu, FakeNvml
 
 
 def _plan(
@@ -179,3 +181,12 @@ def test_plan_json_round_trips_through_the_binder_format() -> None:
         binding.RankBinding(1, None, -1, (2,), None),
     ]
     assert binding.from_json(binding.to_json(ranks)) == ranks
+
+
+def test_nvml_lists_the_gpus_in_bus_order_and_shuts_down() -> None:
+    fake = FakeNvml(
+        [FakeGpu(uuid="GPU-b", bus_id="00000000:18:00.0"), FakeGpu(uuid="GPU-a", bus_id="00000000:17:00.0")]
+    )
+    assert nvml_gpus(fake) == [("0000:17:00.0", "GPU-a"), ("0000:18:00.0", "GPU-b")]
+    assert not fake.initialised
+    assert nvml_gpus(FakeNvml(init_error=9)) is None

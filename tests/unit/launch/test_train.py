@@ -54,13 +54,13 @@ def _train(tree: tuple[Path, str], *argv: str) -> list[str]:
 @pytest.mark.parametrize(
     ("gpus", "batch", "message"),
     [
-        ("5", "16", "GPUS=5 but only 4 GPU(s) are visible"),
+        ("5", "16", "--gpus 5 but only 4 GPU(s) are visible"),
         ("0", "16", "at least one GPU is needed"),
         ("-1", "16", "at least one GPU is needed"),
-        ("two", "16", "GPUS=two is not a number"),
+        ("two", "16", "--gpus two is not a number"),
         ("1,1", "16", "names GPU 1 twice"),
         ("0,9", "16", "GPU id 9 is not visible"),
-        ("3", "16", "BATCH=16 is not divisible by the 3 ranks; use a multiple of 3, e.g. 15 or 18"),
+        ("3", "16", "batch=16 is not divisible by the 3 ranks; use a multiple of 3, e.g. 15 or 18"),
         ("2", "-1", "AutoBatch"),
     ],
 )
@@ -77,6 +77,30 @@ def test_bad_input_is_one_line_and_launches_nothing(
     assert code == 1
     assert err == [err[0]] and err[0].startswith("ERROR rig: ") and message in err[0]
     assert execs == []
+
+
+@pytest.mark.parametrize(
+    ("args_from", "gpus", "batch", "message"),
+    [("", "9", "16", "--gpus 9 but only 4 GPU(s) are visible"),
+     ("make", "9", "16", "GPUS=9 but only 4 GPU(s) are visible"),
+     ("", "2", "7", "batch=7 is not divisible by the 2 ranks"),
+     ("make", "2", "7", "BATCH=7 is not divisible by the 2 ranks"),
+     ("make", "two", "16", "GPUS=two is not a number; use a count (GPUS=2)")],
+)  # fmt: skip
+def test_errors_name_what_the_user_typed(
+    tree: tuple[Path, str],
+    execs: list[list[str]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args_from: str,
+    gpus: str,
+    batch: str,
+    message: str,
+) -> None:
+    # `make train GPUS=9` runs `rig train --gpus 9` with RIG_ARGS_FROM=make (Makefile `train`).
+    monkeypatch.setenv("RIG_ARGS_FROM", args_from)
+    assert cli.main(_train(tree, "--gpus", gpus, "data=x.yaml", f"batch={batch}")) == 1
+    assert message in capsys.readouterr().err
 
 
 def test_no_gpu_names_the_compose_reservation_and_the_toolkit(
@@ -154,3 +178,21 @@ def test_multi_node_dry_run_uses_a_c10d_rendezvous(
     # 2 nodes x 2 GPUs: the batch must divide by 4, not by this node's 2.
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "batch=6")) == 1
     assert "4 ranks" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("resume", ["False", "false", "none", ""])
+def test_resume_false_trains_like_no_resume(
+    tmp_path: Path, execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any, resume: str
+) -> None:
+    # resume= is read once (job.resume_of): resume=False is a fresh run, with the demo data by default.
+    demo = tmp_path / "demo/data.yaml"
+    demo.parent.mkdir()
+    demo.write_text("train: images\n")
+    monkeypatch.setattr(job, "DEMO_DATA", demo)
+    argv = ["train", "--dry-run", "device=cpu", "model=m.yaml", f"project={tmp_path / 'runs'}"]
+    assert cli.main([*argv, f"resume={resume}"]) == 0
+    program = shlex.split(capsys.readouterr().out)
+    args = dict(a.split("=", 1) for a in program[program.index("rig.launch.trainer") + 1 :])
+    assert args["data"] == str(demo) and args["name"] == "train"
+    assert job.resume_of({"resume": resume}) is False
+    assert job.resume_of({"resume": "True"}) is True and job.resume_of({"resume": "a/last.pt"}) == "a/last.pt"

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from rig.errors import RigError
 from rig.launch.binding import make_plan
 from rig.launch.topology import Gpu, Topology
-from rig.observe import doctor, doctor_gather
-from rig.observe.doctor import Check, DatasetFacts, Facts, GpuFact
+from rig.observe import bench, doctor, doctor_gather
+from rig.observe.bench import BenchResult, LoaderResult
+from rig.observe.doctor import Check, DatasetFacts, Facts, GpuFact, Status
 
 from tests.helpers.datasets import make_dataset
 from tests.scripts.fake_nvml import FakeGpu, FakeNvml
+
+PASS, WARN, FAIL, SKIP = Status.PASS, Status.WARN, Status.FAIL, Status.SKIP
 
 GIB, MIB = 1 << 30, 1 << 20
 NODE0, NODE1 = frozenset(range(0, 8)), frozenset(range(8, 16))
@@ -56,17 +57,17 @@ def by_name(facts: Facts) -> dict[str, Check]:
 def test_a_healthy_box_passes_everything_it_can_check() -> None:
     checks = doctor.run_checks(healthy())
     assert {c.name: c.status for c in checks} == {
-        "driver": "pass",
-        "gpus": "pass",
-        "shm": "pass",
-        "memlock": "pass",
-        "stack": "pass",
-        "numa": "pass",
-        "cap_sys_nice": "pass",
-        "dataset": "skip",
-        "read_speed": "skip",
-        "cache_ram": "skip",
-        "bench": "skip",
+        "driver": PASS,
+        "gpus": PASS,
+        "shm": PASS,
+        "memlock": PASS,
+        "stack": PASS,
+        "numa": PASS,
+        "cap_sys_nice": PASS,
+        "dataset": SKIP,
+        "read_speed": SKIP,
+        "cache_ram": SKIP,
+        "bench": SKIP,
     }
     assert doctor.exit_code(checks) == 0
     assert "rank 1: GPU 0000:77:00.0 node 1 CPUs 8-15" in by_name(healthy())["numa"].detail
@@ -74,13 +75,13 @@ def test_a_healthy_box_passes_everything_it_can_check() -> None:
 
 @pytest.mark.parametrize(
     ("version", "status"),
-    [("550.54.15", "pass"), ("530.30.02", "pass"), ("535.104.05", "pass"), ("530.30.01", "fail"),
-     ("525.85.12", "fail"), ("470.82.01", "fail"), (None, "fail")],
+    [("550.54.15", PASS), ("530.30.02", PASS), ("535.104.05", PASS), ("530.30.01", FAIL),
+     ("525.85.12", FAIL), ("470.82.01", FAIL), (None, FAIL)],
 )  # fmt: skip
 def test_driver_must_be_new_enough_for_cuda_12_1(version: str | None, status: str) -> None:
     check = doctor.check_driver(healthy(driver_version=version))
     assert check.status == status
-    if status == "fail":
+    if status == FAIL:
         assert "530.30.02" in check.fix
 
 
@@ -88,30 +89,30 @@ def test_no_gpu_fails_with_the_container_toolkit_fix() -> None:
     checks = by_name(
         healthy(gpus=(), nvml_error="NVML unavailable (NVMLError_LibraryNotFound)", topology=topo(ngpus=0))
     )
-    assert checks["gpus"].status == "fail"
+    assert checks["gpus"].status == FAIL
     assert "NVIDIA Container Toolkit" in checks["gpus"].fix and "--gpus all" in checks["gpus"].fix
     assert "NVMLError_LibraryNotFound" in checks["gpus"].detail
-    assert checks["numa"].status == "skip"
+    assert checks["numa"].status == SKIP
 
 
-@pytest.mark.parametrize(("requested", "status"), [(None, "pass"), (1, "pass"), (2, "pass"), (4, "fail")])
+@pytest.mark.parametrize(("requested", "status"), [(None, PASS), (1, PASS), (2, PASS), (4, FAIL)])
 def test_gpus_must_match_what_was_asked(requested: int | None, status: str) -> None:
     check = doctor.check_gpus(healthy(requested_gpus=requested, requested_from=f"--gpus {requested}"))
     assert check.status == status
-    if status == "fail":
+    if status == FAIL:
         assert "asks for 4 GPU(s) but 2 GPU(s) visible" in check.detail
 
 
 def test_gpus_hidden_by_cuda_visible_devices_count_as_missing() -> None:
     one = Topology(gpus=topo().gpus[:1], allowed_cpus=NODE0 | NODE1, node_cpus={0: NODE0, 1: NODE1})
     check = doctor.check_gpus(healthy(topology=one, requested_gpus=2, requested_from="--gpus 2"))
-    assert check.status == "fail" and "1 of them after CUDA_VISIBLE_DEVICES" in check.detail
+    assert check.status == FAIL and "1 of them after CUDA_VISIBLE_DEVICES" in check.detail
 
 
 @pytest.mark.parametrize(
     ("shm", "status", "words"),
-    [(64 * MIB, "warn", "not enough for one loader worker"), (GIB, "warn", "fewer loader workers"),
-     (16 * GIB, "pass", "")],
+    [(64 * MIB, WARN, "not enough for one loader worker"), (GIB, WARN, "fewer loader workers"),
+     (16 * GIB, PASS, "")],
 )  # fmt: skip
 def test_shm_against_what_the_loader_workers_need(shm: int, status: str, words: str) -> None:
     # 2 ranks of 8 CPUs, batch 16 split in 8 per rank at 640 px: 8 workers x 2 ranks x 8 batches of 9.4 MiB.
@@ -119,43 +120,43 @@ def test_shm_against_what_the_loader_workers_need(shm: int, status: str, words: 
     assert doctor.shm_need(facts, 8, 2) == 8 * 2 * 8 * (8 * 3 * 640 * 640)
     check = doctor.check_shm(facts)
     assert check.status == status and words in check.detail
-    if status == "warn":
+    if status == WARN:
         assert "ipc: host" in check.fix and "shm_size: 2g" in check.fix
 
 
 @pytest.mark.parametrize(
     ("memlock", "stack", "statuses"),
-    [((-1, -1), (-1, -1), ("pass", "pass")), ((8 * MIB, 8 * MIB), (8 * MIB, -1), ("warn", "warn")),
-     ((64 * 1024, -1), (64 * MIB, 64 * MIB), ("warn", "pass"))],
+    [((-1, -1), (-1, -1), (PASS, PASS)), ((8 * MIB, 8 * MIB), (8 * MIB, -1), (WARN, WARN)),
+     ((64 * 1024, -1), (64 * MIB, 64 * MIB), (WARN, PASS))],
 )  # fmt: skip
 def test_memlock_and_stack_limits(
     memlock: tuple[int, int], stack: tuple[int, int], statuses: tuple[str, str]
 ) -> None:
     checks = by_name(healthy(memlock=memlock, stack=stack))
     assert (checks["memlock"].status, checks["stack"].status) == statuses
-    if statuses[0] == "warn":
+    if statuses[0] == WARN:
         assert "memlock=-1" in checks["memlock"].fix
-    if statuses[1] == "warn":
+    if statuses[1] == WARN:
         assert "stack=67108864" in checks["stack"].fix
 
 
 def test_cpus_off_the_gpus_nodes_warn_with_the_cpuset_fix() -> None:
     t = topo(allowed=NODE0)  # the container only got node 0's CPUs; GPU 1 sits on node 1
     check = doctor.check_numa(healthy(topology=t, plan=make_plan(t, 2)))
-    assert check.status == "warn"
+    assert check.status == WARN
     assert "cpuset" in check.fix and "0-15" in check.fix
 
 
 def test_one_cpu_per_rank_warns() -> None:
     t = Topology(gpus=topo().gpus, allowed_cpus=frozenset({0, 8}), node_cpus={0: NODE0, 1: NODE1})
     check = doctor.check_numa(healthy(topology=t, plan=make_plan(t, 2)))
-    assert check.status == "warn" and "one CPU" in check.detail
+    assert check.status == WARN and "one CPU" in check.detail
 
 
 @pytest.mark.parametrize(
     ("seccomp", "cap_bnd", "nodes", "status"),
-    [(0, 0, 2, "pass"), (2, 1 << 23, 2, "pass"), (2, 0xA80425FB, 2, "warn"), (2, 0xA80425FB, 1, "pass"),
-     (None, None, 2, "warn")],
+    [(0, 0, 2, PASS), (2, 1 << 23, 2, PASS), (2, 0xA80425FB, 2, WARN), (2, 0xA80425FB, 1, PASS),
+     (None, None, 2, WARN)],
 )  # fmt: skip
 def test_cap_sys_nice_for_memory_binding(
     seccomp: int | None, cap_bnd: int | None, nodes: int, status: str
@@ -163,7 +164,7 @@ def test_cap_sys_nice_for_memory_binding(
     # 0xa80425fb is Docker's default capability set, which lacks CAP_SYS_NICE.
     check = doctor.check_sys_nice(healthy(seccomp=seccomp, cap_bnd=cap_bnd, numa_nodes=nodes))
     assert check.status == status
-    if status == "warn":
+    if status == WARN:
         assert "SYS_NICE" in check.fix
 
 
@@ -177,34 +178,38 @@ def dataset(**kw: Any) -> DatasetFacts:
 
 @pytest.mark.parametrize(
     ("changes", "statuses"),
-    [({}, ("pass", "pass", "pass")),
-     ({"path": None, "error": "not found", "sampled": 0, "cache_value": None}, ("fail", "skip", "skip")),
-     ({"images": 0, "sampled": 0, "cache_value": None}, ("fail", "skip", "skip")),
-     ({"unreadable": ("/datasets/demo/images/train/1.jpg",)}, ("fail", "pass", "pass")),
-     ({"read_s": 10.0}, ("pass", "warn", "pass")),
-     ({"cache_value": "False", "cache_reason": "needs 40 GiB"}, ("pass", "pass", "warn"))],
+    [({}, (PASS, PASS, PASS)),
+     ({"path": None, "error": "not found", "sampled": 0, "cache_value": None}, (FAIL, SKIP, SKIP)),
+     ({"images": 0, "sampled": 0, "cache_value": None}, (FAIL, SKIP, SKIP)),
+     ({"unreadable": ("/datasets/demo/images/train/1.jpg",)}, (FAIL, PASS, PASS)),
+     ({"read_s": 10.0}, (PASS, WARN, PASS)),
+     ({"cache_value": "False", "cache_reason": "needs 40 GiB"}, (PASS, PASS, WARN))],
 )  # fmt: skip
 def test_dataset_checks(changes: dict[str, Any], statuses: tuple[str, str, str]) -> None:
     checks = by_name(healthy(dataset=dataset(**changes)))
     assert (checks["dataset"].status, checks["read_speed"].status, checks["cache_ram"].status) == statuses
     assert all(
-        checks[n].fix for n in ("dataset", "read_speed", "cache_ram") if checks[n].status in ("warn", "fail")
+        checks[n].fix for n in ("dataset", "read_speed", "cache_ram") if checks[n].status in (WARN, FAIL)
     )
+
+
+def bench_result(ours_img_s: float, step_img_s: float, bottleneck: str) -> BenchResult:
+    loader = LoaderResult(300.0, ours_img_s, ours_img_s / 300.0, [], [], {}, {}, [], 0.0)
+    reason = f"loader {ours_img_s:.0f} img/s vs train step {step_img_s:.0f} img/s"
+    return BenchResult(loader, step_img_s, None, bottleneck, reason, {}, "cpu", 4, False, False, None)
 
 
 @pytest.mark.parametrize(
     ("bench", "error", "status", "words"),
-    [({"loader": {"stock_img_s": 300.0, "ours_img_s": 400.0}, "step_img_s": 900.0, "bottleneck": "loader"},
-      None, "warn", "the bottleneck is loader"),
-     ({"loader": {"stock_img_s": 900.0, "ours_img_s": 1500.0}, "step_img_s": 900.0, "bottleneck": "compute"},
-      None, "pass", "the bottleneck is compute"),
-     (None, "RuntimeError: CUDA out of memory", "fail", "rig bench failed")],
+    [(bench_result(400.0, 900.0, "loader"), None, WARN, "the bottleneck is loader"),
+     (bench_result(1500.0, 900.0, "compute"), None, PASS, "the bottleneck is compute"),
+     (None, "RuntimeError: CUDA out of memory", FAIL, "rig bench failed")],
 )  # fmt: skip
 def test_bench_names_the_bottleneck(
-    bench: dict[str, Any] | None, error: str | None, status: str, words: str
+    bench: BenchResult | None, error: str | None, status: Status, words: str
 ) -> None:
     check = doctor.check_bench(healthy(bench=bench, bench_error=error, bench_requested=True))
-    assert check.status == status and words in check.detail
+    assert check.status is status and words in check.detail
 
 
 def test_text_report_prints_fixes_only_for_problems_and_json_lists_every_check() -> None:
@@ -264,28 +269,42 @@ def test_gather_reads_proc_sys_and_nvml_through_the_root(tmp_path: Path) -> None
     assert facts.topology is not None and facts.topology.gpus[0].bus_id == "0000:17:00.0"
     assert facts.plan is not None and facts.plan.ranks[0].cpus == (0, 1, 2, 3)
     checks = by_name(facts)
-    assert checks["driver"].status == "pass" and checks["gpus"].status == "pass"
-    assert checks["memlock"].status == "warn" and checks["numa"].status == "pass"
+    assert checks["driver"].status == PASS and checks["gpus"].status == PASS
+    assert checks["memlock"].status == WARN and checks["numa"].status == PASS
 
 
 def test_gather_without_nvml_falls_back_to_the_kernel_module_version(tmp_path: Path) -> None:
     facts = doctor_gather.gather(root=fake_root(tmp_path), environ={}, nvml_module=FakeNvml(init_error=12))
     assert facts.driver_version == "550.54.15" and facts.gpus == ()
     assert facts.nvml_error is not None and "NVML unavailable" in facts.nvml_error
-    assert by_name(facts)["gpus"].status == "fail"
+    assert by_name(facts)["gpus"].status == FAIL
 
 
 def test_requested_gpus_come_from_the_flag_or_nvidia_visible_devices() -> None:
     assert doctor_gather.requested_gpus("2", {}) == (2, "--gpus 2")
-    assert doctor_gather.requested_gpus("0,2", {"NVIDIA_VISIBLE_DEVICES": "0"}) == (2, "--gpus 0,2")
-    assert doctor_gather.requested_gpus("all", {}) == (None, "")
-    with pytest.raises(RigError, match="give a count"):
+    assert doctor_gather.requested_gpus("0,2", {"NVIDIA_VISIBLE_DEVICES": "0"}) == ([0, 2], "--gpus 0,2")
+    assert doctor_gather.requested_gpus("all", {}) == ("all", "")
+    with pytest.raises(RigError, match="--gpus two is not a number"):
         doctor_gather.requested_gpus("two", {})
     assert doctor_gather.requested_gpus(None, {"NVIDIA_VISIBLE_DEVICES": "0,3"}) == (
         2,
         "NVIDIA_VISIBLE_DEVICES=0,3",
     )
-    assert doctor_gather.requested_gpus(None, {"NVIDIA_VISIBLE_DEVICES": "all"}) == (None, "")
+    assert doctor_gather.requested_gpus(None, {"NVIDIA_VISIBLE_DEVICES": "all"}) == ("all", "")
+
+
+def test_doctor_plans_the_gpus_that_gpus_names(tmp_path: Path) -> None:
+    # `rig doctor --gpus 1,3` checks the binding of GPUs 1 and 3, as `rig train --gpus 1,3` uses them.
+    root = fake_root(tmp_path)
+    for i in (1, 2, 3):
+        gpu = root / f"sys/bus/pci/devices/0000:{0x17 + i:02x}:00.0"
+        gpu.mkdir(parents=True)
+        for name, value in (("vendor", "0x10de"), ("class", "0x030200"), ("numa_node", "0")):
+            (gpu / name).write_text(value + "\n")
+    facts = doctor_gather.gather(root=root, environ={}, gpus="1,3", nvml_module=FakeNvml([FakeGpu()] * 4))
+    assert facts.plan is not None
+    assert [r.gpu_bus_id for r in facts.plan.ranks] == ["0000:18:00.0", "0000:1a:00.0"]
+    assert facts.requested_gpus == 2 and facts.requested_from == "--gpus 1,3"
 
 
 def test_gather_dataset_reads_the_train_split(tmp_path: Path) -> None:
@@ -302,7 +321,7 @@ def test_gather_dataset_reads_the_train_split(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("yaml_text", "error"),
-    [("train: images/missing\n", "does not exist"), ("names: {0: a}\n", "no `train:` key")],
+    [("train: images/missing\n", "does not exist"), ("names: {0: a}\n", "no 'train:' entry")],
 )
 def test_gather_dataset_reports_broken_yaml(tmp_path: Path, yaml_text: str, error: str) -> None:
     (tmp_path / "data.yaml").write_text(yaml_text)
@@ -310,7 +329,7 @@ def test_gather_dataset_reports_broken_yaml(tmp_path: Path, yaml_text: str, erro
         str(tmp_path / "data.yaml"), tmp_path, batch=16, imgsz=640, nranks=1, rank_cpus=1
     )
     assert d.error is not None and error in d.error
-    assert doctor.check_dataset(healthy(dataset=d)).status == "fail"
+    assert doctor.check_dataset(healthy(dataset=d)).status == FAIL
 
 
 def test_gather_dataset_not_found(tmp_path: Path) -> None:
@@ -319,27 +338,21 @@ def test_gather_dataset_not_found(tmp_path: Path) -> None:
 
 
 def test_bench_runs_rig_bench_quick_on_the_given_data(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[Any] = []
+    seen: list[bench.BenchOptions] = []
+    result = bench_result(10.0, 100.0, "loader")
 
-    class Options:
-        def __init__(self, **kw: Any) -> None:
-            self.kw = kw
+    def run_bench(opts: bench.BenchOptions) -> BenchResult:
+        seen.append(opts)
+        return result
 
-    def run_bench(opts: Options) -> dict[str, Any]:
-        seen.append(opts.kw)
-        return {"loader": {"ours_img_s": 10.0}, "step_img_s": 100.0, "bottleneck": "loader"}
+    monkeypatch.setattr(bench, "run_bench", run_bench)
+    assert doctor_gather.run_bench("/datasets/demo/data.yaml", batch=32, imgsz=320) == (result, None)
+    assert seen == [bench.BenchOptions(data="/datasets/demo/data.yaml", quick=True, batch=32, imgsz=320)]
 
-    fake = SimpleNamespace(BenchOptions=Options, run_bench=run_bench)
-    monkeypatch.setitem(sys.modules, "rig.observe.bench", fake)
-    result, error = doctor_gather.run_bench("/datasets/demo/data.yaml", batch=32, imgsz=320)
-    assert error is None and result is not None and result["bottleneck"] == "loader"
-    assert seen == [{"data": "/datasets/demo/data.yaml", "quick": True, "batch": 32, "imgsz": 320}]
-
-    def broken(opts: Options) -> dict[str, Any]:
+    def broken(opts: bench.BenchOptions) -> BenchResult:
         raise RuntimeError("CUDA error: out of memory")
 
-    fake = SimpleNamespace(BenchOptions=Options, run_bench=broken)
-    monkeypatch.setitem(sys.modules, "rig.observe.bench", fake)
+    monkeypatch.setattr(bench, "run_bench", broken)
     assert doctor_gather.run_bench(None, batch=16, imgsz=640) == (
         None,
         "RuntimeError: CUDA error: out of memory",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rig.yolo.tuning import Decision, Resources, count_train_images, decide, launch_decisions, read_resources
+from rig.yolo.tuning import Decision, Resources, decide, launch_decisions, read_resources
 
 from tests.helpers.datasets import make_dataset
 
@@ -170,21 +170,6 @@ def test_read_resources(
 
 def test_read_resources_missing_tree(tmp_path: Path) -> None:
     assert read_resources(tmp_path) == Resources(mem_available=0, shm_free=0)
-
-
-@pytest.mark.parametrize("layout", ["dir", "txt"])
-def test_count_train_images(tmp_path: Path, layout: str) -> None:
-    assert count_train_images(str(make_dataset(tmp_path / "ds", 7, layout=layout)), tmp_path) == 7
-
-
-def test_count_relative_to_datasets_dir(tmp_path: Path) -> None:
-    make_dataset(tmp_path / "datasets/demo", 3, path="demo")
-    assert count_train_images("demo/data.yaml", tmp_path / "datasets") == 3
-
-
-@pytest.mark.parametrize("data", ["coco8.yaml", "/nonexistent/data.yaml"])
-def test_count_unknown(tmp_path: Path, data: str) -> None:
-    assert count_train_images(data, tmp_path) is None
 
 
 def test_launch_decisions_end_to_end(tmp_path: Path) -> None:

@@ -1,0 +1,36 @@
+"""`rig bench`'s parts that need neither torch nor Ultralytics: the GPU sampler."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from rig.errors import RigError
+from rig.observe import bench
+from rig.observe.telemetry import StepTotals
+
+from tests.helpers.waiting import wait_until
+from tests.scripts.fake_nvml import FakeGpu, FakeNvml
+
+
+def test_the_gpu_sampler_shuts_nvml_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml([FakeGpu(utils=[30, 50])])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with bench._GpuSampler(0, interval=0.01) as gpu:
+        wait_until(lambda: len(gpu.samples) >= 2, timeout=5, interval=0.01)
+    assert gpu.samples[:2] == [30, 50]
+    assert not fake.initialised
+
+
+def test_the_gpu_sampler_without_nvml_measures_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(init_error=9))
+    with bench._GpuSampler(0, interval=0.01) as gpu:
+        pass
+    assert gpu.samples == []
+
+
+def test_the_real_run_is_timed_as_telemetry_times_steps() -> None:
+    totals = StepTotals(steps=4, data_wait_s=1.0, step_s=4.0)
+    assert bench.train_result(totals, 16, [50.0, 70.0]) == bench.TrainResult(16.0, 0.25, 60.0, 4)
+    with pytest.raises(RigError, match="too short"):
+        bench.train_result(StepTotals(), 16, [])
