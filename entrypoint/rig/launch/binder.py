@@ -1,7 +1,16 @@
-"""Per-rank binder: `python -m rig.launch.binder --plan JSON -- CMD...`, what torchrun starts for each rank.
+"""Per-rank binder: `python -m rig.launch.binder --plan JSON [--gpus-per-rank one|ordered] -- CMD...`,
+what torchrun starts for each rank.
 
-It applies its LOCAL_RANK's CPU affinity and preferred memory node to itself, then execs CMD, so
-the trainer and every data loader worker it forks inherit both. torch 2.3 has no --numa-binding.
+It gives its LOCAL_RANK exactly the GPU the plan names, applies the rank's CPU affinity and
+preferred memory node to itself, then execs CMD, so the trainer and every data loader worker it
+forks inherit all three. torch 2.3 has no --numa-binding.
+
+Which GPU a rank uses is never left to `set_device(LOCAL_RANK)` over every GPU of the container
+(with --gpus 0,2 that would be GPU 1, on the far node): CUDA_VISIBLE_DEVICES is set per rank.
+- `one` (rig train): the rank sees its GPU alone, as cuda:0; no context lands on another GPU.
+- `ordered` (rig launch, for programs written for torchrun): the rank sees the plan's GPUs in
+  local-rank order, so the usual `cuda:LOCAL_RANK` is its GPU, and GPUs outside the plan are hidden.
+RIG_CUDA_DEVICE tells the program which torch device index is its GPU in either case.
 """
 
 from __future__ import annotations
@@ -43,6 +52,28 @@ def set_preferred_node(node: int) -> int:
     return 0 if rc == 0 else ctypes.get_errno()
 
 
+GPUS_PER_RANK = ("one", "ordered")
+
+
+def gpu_environment(
+    plan: Sequence[binding.RankBinding], local_rank: int, parent: str | None, mode: str
+) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES and RIG_CUDA_DEVICE for one rank; {} for CPU ranks. parent: the
+    container's own CUDA_VISIBLE_DEVICES (indices or UUIDs), which plan ordinals index into."""
+    indices = [r.gpu_index for r in plan]
+    if not indices or any(i is None for i in indices):
+        return {}
+    known = [x.strip() for x in parent.split(",") if x.strip()] if parent else None
+
+    def name(i: int | None) -> str:
+        assert i is not None
+        return known[i] if known and i < len(known) else str(i)
+
+    if mode == "one":
+        return {"CUDA_VISIBLE_DEVICES": name(indices[local_rank]), "RIG_CUDA_DEVICE": "0"}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(name(i) for i in indices), "RIG_CUDA_DEVICE": str(local_rank)}
+
+
 def rank_environment(rank: binding.RankBinding, environ: Mapping[str, str]) -> dict[str, str]:
     """What the rank's environment gains: the plan, for the trainer, telemetry and `rig doctor`."""
     updates = {
@@ -57,7 +88,7 @@ def rank_environment(rank: binding.RankBinding, environ: Mapping[str, str]) -> d
 
 
 def bind(rank: binding.RankBinding, environ: MutableMapping[str, str]) -> None:
-    """Apply rank's binding to this process; environ gets the rank's variables."""
+    """Apply rank's CPU and memory binding to this process; environ gets the rank's variables."""
     if not binding_enabled(environ):
         _logger.info("NUMA_BINDING=off: rank %d runs unbound", rank.local_rank)
         return
@@ -79,6 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setup()
     parser = argparse.ArgumentParser(prog="python -m rig.launch.binder")
     parser.add_argument("--plan", required=True, help="the plan as `rig plan --json` prints it")
+    parser.add_argument(
+        "--gpus-per-rank",
+        choices=GPUS_PER_RANK,
+        default="ordered",
+        help="one: each rank sees its GPU alone; ordered: the plan's GPUs, cuda:LOCAL_RANK is the rank's",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -89,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if local_rank >= len(plan):
         _logger.error("LOCAL_RANK %d has no entry in a plan of %d ranks", local_rank, len(plan))
         return 2
+    os.environ.update(
+        gpu_environment(plan, local_rank, os.environ.get("CUDA_VISIBLE_DEVICES"), args.gpus_per_rank)
+    )
     bind(plan[local_rank], os.environ)
     sys.stdout.flush()
     os.execvp(command[0], command)

@@ -22,6 +22,8 @@ class RankBinding:
     numa_node: int  # -1: unknown
     cpus: tuple[int, ...]
     mem_node: int | None  # preferred memory node; None leaves the kernel's default policy
+    # The GPU's CUDA ordinal as this container numbers them (the --gpus number); None: CPU rank.
+    gpu_index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -57,14 +59,20 @@ def make_plan(topology: Topology, nranks: int, gpu_indices: Sequence[int] | None
     if nranks < 1:
         raise ValueError("nranks must be at least 1")
     allowed = topology.allowed_cpus
+    chosen: list[int | None]
     if not topology.gpus:
         gpus: list[tuple[str | None, int, frozenset[int]]] = [(None, -1, allowed)] * nranks
+        chosen = [None] * nranks
     else:
         chosen = list(gpu_indices) if gpu_indices is not None else list(range(nranks))
         if len(chosen) != nranks:
             raise ValueError("one GPU per rank")
         by_index = {g.index: g for g in topology.gpus}
-        gpus = [(by_index[i].bus_id, by_index[i].numa_node, by_index[i].local_cpus) for i in chosen]
+        gpus = [
+            (by_index[i].bus_id, by_index[i].numa_node, by_index[i].local_cpus)
+            for i in chosen
+            if i is not None
+        ]
 
     # Group ranks by the CPU set they draw from (their GPU's node), then share each set out.
     groups: dict[frozenset[int], list[int]] = {}
@@ -96,6 +104,7 @@ def make_plan(topology: Topology, nranks: int, gpu_indices: Sequence[int] | None
             numa_node=node,
             cpus=cpus_of[r],
             mem_node=node if node >= 0 else None,
+            gpu_index=chosen[r],
         )
         for r, (bus, node, _) in enumerate(gpus)
     )
@@ -121,6 +130,7 @@ def from_json(text: str) -> list[RankBinding]:
             numa_node=int(d["numa_node"]),
             cpus=tuple(int(c) for c in d["cpus"]),
             mem_node=None if d["mem_node"] is None else int(d["mem_node"]),
+            gpu_index=None if d.get("gpu_index") is None else int(d["gpu_index"]),
         )
         for d in json.loads(text)
     ]

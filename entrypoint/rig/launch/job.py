@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import rig
 from rig import log, paths
 from rig.errors import RigError
-from rig.launch import binding, gpuenv, nodes
+from rig.launch import binding, ddp, gpuenv, nodes
 from rig.launch.topology import Topology, read_topology
 from rig.spelling import AS_PARSED, Spelling
 from rig.yolo import tuning
@@ -33,6 +34,7 @@ NO_GPU = (
     "CPU with device=cpu"
 )
 DEMO_DATA = paths.DEMO_DATASET / "data.yaml"
+TORCHRUN = "rig.launch.torchrun"  # torchrun with rig's stop deadline
 BINDER = "rig.launch.binder"  # what torchrun starts for each rank
 TRAINER = "rig.launch.trainer"  # what each rank (or the one CPU process) runs
 _TASK_SUFFIXES = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "classify"}
@@ -130,6 +132,35 @@ def check_batch(user_args: Mapping[str, str], world: int, typed: Spelling = AS_P
         )
 
 
+def default_batch(user_args: Mapping[str, str], world: int, per_gpu: float) -> tuple[int, str] | None:
+    """The total batch when none is given under DDP: Ultralytics' default per GPU times the world.
+
+    Ultralytics would split its default (16) over the global world size: 3 GPUs silently train with
+    15, 24 ranks with a batch of 0 (a crash). None: one rank, a batch given, or a resume (the
+    checkpoint has its batch).
+    """
+    if world <= 1 or "batch" in user_args or resume_of(user_args) is not False:
+        return None
+    if per_gpu < 1 or per_gpu != int(per_gpu):
+        raise RigError(
+            f"Ultralytics' default batch is {per_gpu:g} (AutoBatch), which works on one GPU only; "
+            f"give a total batch for the {world} ranks, e.g. batch={world * 16}"
+        )
+    total = int(per_gpu) * world
+    return total, (
+        f"Ultralytics' default {int(per_gpu)} per GPU x {world} GPUs (it would split {int(per_gpu)} over "
+        f"them); give batch= for another total"
+    )
+
+
+def _ultralytics_default(key: str, fallback: float) -> float:
+    try:
+        cfg: Any = importlib.import_module("ultralytics.utils").DEFAULT_CFG_DICT
+    except ImportError:
+        return fallback
+    return float(cfg.get(key, fallback))
+
+
 def guess_task(user_args: Mapping[str, str]) -> str:
     if user_args.get("task"):
         return user_args["task"]
@@ -149,9 +180,14 @@ def next_run_dir(project: Path, name: str, exist_ok: bool) -> Path:
 
 
 def torchrun_command(
-    plan: Sequence[binding.RankBinding], node: nodes.NodeSpec, program: Sequence[str], python: str
+    plan: Sequence[binding.RankBinding],
+    node: nodes.NodeSpec,
+    program: Sequence[str],
+    python: str,
+    gpus_per_rank: str = "ordered",
 ) -> list[str]:
-    cmd = [python, "-m", "torch.distributed.run"]
+    # torchrun itself, with the stop deadline of the environment (RIG_STOP_GRACE) instead of 30 s.
+    cmd = [python, "-m", TORCHRUN]
     if node.nnodes == 1:
         cmd += ["--standalone", "--nnodes", "1"]
     else:
@@ -163,7 +199,8 @@ def torchrun_command(
             "--rdzv-conf", f"is_host={1 if node.node_rank == 0 else 0}",
         ]  # fmt: skip
     cmd += ["--nproc-per-node", str(len(plan)), "--max-restarts", "0"]
-    return [*cmd, "-m", BINDER, "--plan", binding.to_json(plan), "--", *program]
+    binder = ["-m", BINDER, "--plan", binding.to_json(plan), "--gpus-per-rank", gpus_per_rank]
+    return [*cmd, *binder, "--", *program]
 
 
 @dataclass(frozen=True)
@@ -325,6 +362,7 @@ def plan_train(
         env = {**_env_delta(threads), **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
         return Launch([python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())], env)
 
+    ddp.nccl_timeout(os.environ), ddp.stop_grace(os.environ)  # bad values: one line, before anything runs
     topo = discover()
     gpu_ids = select_gpus(choice, topo, typed)
     world = len(gpu_ids) * node.nnodes
@@ -332,19 +370,24 @@ def plan_train(
     plan = make_plan(topo, gpu_ids)
     user = _resume(_defaults(user))
     user["device"] = ",".join(str(i) for i in gpu_ids)
+    batch = default_batch(user, world, _ultralytics_default("batch", 16))
+    if batch is not None:
+        user["batch"] = str(batch[0])
+        _logger.info("batch=%d: %s", *batch)
     user.update(_tuning(user, len(plan[0].cpus), len(plan)))
     user, run_dir = _run_dir(user)
     if check_dataset:
         _check_dataset(user)
     program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
     env = {**_env_delta(len(plan[0].cpus)), **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
-    return Launch(torchrun_command(plan, node, program, python), env)
+    return Launch(torchrun_command(plan, node, program, python, gpus_per_rank="one"), env)
 
 
 def plan_launch(
     program: Sequence[str], topo: Topology, gpus: str | None = None, typed: Spelling = AS_PARSED
 ) -> Launch:
     """What `rig launch` runs: the user's program on each rank, through torchrun and the binder."""
+    ddp.stop_grace(os.environ)
     plan = make_plan(topo, select_gpus(parse_gpus(gpus, typed), topo, typed))
     return Launch(
         torchrun_command(plan, nodes.node_spec(os.environ), program, sys.executable),
@@ -353,5 +396,7 @@ def plan_launch(
 
 
 def _env_delta(threads: int) -> dict[str, str]:
-    full = gpuenv.updated(os.environ, threads=threads)
+    """What the job's environment gains. Decided from the environment as rig found it: importing
+    Ultralytics (for its settings) sets OMP_NUM_THREADS=1, which is not the user's choice."""
+    full = gpuenv.updated(rig.USER_ENVIRON, threads=threads)
     return {k: v for k, v in full.items() if os.environ.get(k) != v}

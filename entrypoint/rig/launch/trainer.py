@@ -16,24 +16,32 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from rig import log
+from rig.launch import ddp
 from rig.observe import telemetry
 
 _logger = log.get("trainer")
-STOPPED_EXIT = 128 + signal.SIGTERM
+# Every way a run is stopped from outside: `docker stop`, Kubernetes and Slurm (TERM), Ctrl-C (INT,
+# which torchrun forwards to the ranks), a dropped SSH connection (HUP).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class _StopFlag:
-    """Set by the signal handler, read by the training loop: handlers never act themselves."""
+    """Set by the signal handler, read by the training loop: handlers never act themselves, except
+    that a second Ctrl-C stops at once (the way out of a run that will not reach its next batch)."""
 
     def __init__(self) -> None:
         self.signum = 0
 
     def handler(self, signum: int, _frame: FrameType | None) -> None:
-        self.signum = signum
+        if signum == signal.SIGINT and self.signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = self.signum or signum
 
 
 STOP = _StopFlag()
@@ -76,12 +84,17 @@ def _global_world_size() -> int:
 
 
 def _stop_agreed(trainer: Any) -> bool:
-    """True on every rank once any rank got SIGTERM (one tiny all-reduce per batch under DDP)."""
+    """True on every rank once any rank got a stop signal. Under DDP the ranks compare their flags
+    every ddp.STOP_CHECK_EVERY batches (an all-reduce and a host sync), all on the same batches."""
     torch: Any = importlib.import_module("torch")
     dist: Any = importlib.import_module("torch.distributed")
 
     local = 1 if STOP.signum else 0
-    if not (dist.is_available() and dist.is_initialized()):
+    distributed = bool(dist.is_available() and dist.is_initialized())
+    trainer.rig_batches = getattr(trainer, "rig_batches", 0) + 1
+    if not ddp.stop_check_due(trainer.rig_batches, distributed):
+        return False
+    if not distributed:
         return bool(local)
     flag = torch.tensor([local], device=trainer.device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -120,6 +133,45 @@ def rig_trainer_class(base: type) -> type:
             if world > 1 and int(getattr(self, "world_size", 0)) >= 1:
                 self.world_size = world
             self.add_callback("on_train_batch_end", _on_batch_end)
+
+        def _setup_ddp(self) -> None:
+            # Ultralytics' own sets TORCH_NCCL_BLOCKING_WAIT=1 and a 3-hour timeout (see rig.launch.ddp).
+            torch: Any = importlib.import_module("torch")
+            dist: Any = importlib.import_module("torch.distributed")
+            setup = ddp.ddp_setup(
+                os.environ,
+                str(self.args.device),
+                int(os.environ.get("LOCAL_RANK", "0")),
+                torch.cuda.is_available(),
+            )
+            if setup.device_index is not None:
+                torch.cuda.set_device(setup.device_index)
+                self.device = torch.device("cuda", setup.device_index)
+                self.accelerator = torch.cuda
+            os.environ.pop("TORCH_NCCL_BLOCKING_WAIT", None)
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+            dist.init_process_group(
+                backend=setup.backend,
+                timeout=timedelta(seconds=setup.timeout_s),
+                rank=_rank(),
+                world_size=self.world_size,
+            )
+            if _rank() == 0:
+                _logger.info(
+                    "process group: %s, %d ranks; a stuck collective fails the job after %d s "
+                    "(RIG_NCCL_TIMEOUT)",
+                    setup.backend,
+                    self.world_size,
+                    setup.timeout_s,
+                )
+
+        def _setup_train(self) -> Any:
+            # Ultralytics' AMP check loads yolo26n.pt and, when it is missing, tries to download it
+            # before it looks at the offline flag: on a network that drops packets rank 0 stalls while
+            # the others wait. Offline without the file, the check is skipped (AMP stays on).
+            engine: Any = importlib.import_module("ultralytics.engine.trainer")
+            with _set_for_now(engine, check_amp=_offline_safe_amp_check(engine.check_amp)):
+                return super()._setup_train()
 
         def validate(self) -> Any:
             if self.rig_stopping:  # a SIGTERM grace period is too short for a validation pass
@@ -167,10 +219,31 @@ def rig_trainer_class(base: type) -> type:
     return RigTrainer
 
 
+def _offline_safe_amp_check(check_amp: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    def check(model: Any) -> bool:
+        utils: Any = importlib.import_module("ultralytics.utils")
+        weights = Path(utils.SETTINGS["weights_dir"]) / "yolo26n.pt"
+        if not utils.ONLINE and not weights.is_file():
+            _logger.info(
+                "AMP check skipped: offline and no %s to check with (`make weights W=yolo26n.pt` adds it); "
+                "AMP stays on",
+                weights,
+            )
+            return True
+        return check_amp(model)
+
+    return check
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     log.setup()
-    signal.signal(signal.SIGTERM, STOP.handler)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, STOP.handler)
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if os.environ.get("RIG_CUDA_DEVICE") and _global_world_size() > 1:
+        # The binder gave this rank its GPU alone (CUDA_VISIBLE_DEVICES): Ultralytics must not index
+        # the node's device list. The trainer counts the world from WORLD_SIZE.
+        args["device"] = os.environ["RIG_CUDA_DEVICE"]
     yolo: Any = importlib.import_module("ultralytics").YOLO
     model = yolo(args.pop("model", "yolo11n.pt"))
     if args.get("resume") is True and stopped_mid_epoch(model.ckpt):
@@ -188,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _logger.info(
                 "stopped by signal %d; kept %s; continue with: resume=True model=%s", STOP.signum, last, last
             )
-        return STOPPED_EXIT
+        return 128 + STOP.signum
     return 0
 
 

@@ -164,10 +164,38 @@ def test_rig_plan_json_from_a_copied_tree(tmp_path: Path, capsys: pytest.Capture
     assert cli.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out == [
-        {"local_rank": 0, "gpu_bus_id": ids[0], "numa_node": 0, "cpus": list(range(0, 8)), "mem_node": 0},
-        {"local_rank": 1, "gpu_bus_id": ids[1], "numa_node": 0, "cpus": list(range(8, 16)), "mem_node": 0},
-        {"local_rank": 2, "gpu_bus_id": ids[2], "numa_node": 1, "cpus": list(range(16, 24)), "mem_node": 1},
-        {"local_rank": 3, "gpu_bus_id": ids[3], "numa_node": 1, "cpus": list(range(24, 32)), "mem_node": 1},
+        {
+            "local_rank": 0,
+            "gpu_bus_id": ids[0],
+            "numa_node": 0,
+            "cpus": list(range(0, 8)),
+            "mem_node": 0,
+            "gpu_index": 0,
+        },
+        {
+            "local_rank": 1,
+            "gpu_bus_id": ids[1],
+            "numa_node": 0,
+            "cpus": list(range(8, 16)),
+            "mem_node": 0,
+            "gpu_index": 1,
+        },
+        {
+            "local_rank": 2,
+            "gpu_bus_id": ids[2],
+            "numa_node": 1,
+            "cpus": list(range(16, 24)),
+            "mem_node": 1,
+            "gpu_index": 2,
+        },
+        {
+            "local_rank": 3,
+            "gpu_bus_id": ids[3],
+            "numa_node": 1,
+            "cpus": list(range(24, 32)),
+            "mem_node": 1,
+            "gpu_index": 3,
+        },
     ]
     assert cli.main(["plan", *argv[2:]]) == 0  # the table form
     table = capsys.readouterr().out.splitlines()

@@ -126,8 +126,9 @@ def test_dry_run_prints_the_exact_torchrun_command(
     assert printed[0] == "env"
     env = dict(a.split("=", 1) for a in printed[1 : printed.index(sys.executable)])
     cmd = printed[len(env) + 1 :]
-    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert cmd[:3] == [sys.executable, "-m", "rig.launch.torchrun"]
     assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and "--standalone" in cmd
+    assert cmd[cmd.index("--gpus-per-rank") + 1] == "one"  # each rank sees its own GPU alone
     plan = binding.from_json(cmd[cmd.index("--plan") + 1])
     assert [(r.gpu_bus_id, r.cpus, r.mem_node) for r in plan] == [
         (ids.split(",")[0], (0, 1, 2, 3), 0),

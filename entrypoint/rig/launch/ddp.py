@@ -1,0 +1,84 @@
+"""How the ranks of one job hold together: the process group, its timeout, the stop agreement and
+the stop deadline. Pure decisions of the environment; the trainer and the torchrun shim apply them.
+
+Ultralytics' own `_setup_ddp` sets TORCH_NCCL_BLOCKING_WAIT=1 with a 3-hour timeout, which makes
+libtorch ignore TORCH_NCCL_ASYNC_ERROR_HANDLING: a lost rank or node blocks the others for up to 3 h.
+rig's trainer sets the process group up itself, with RIG_NCCL_TIMEOUT and async error handling, so
+a stuck job ends in minutes with an error naming the collective that timed out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rig.errors import RigError
+
+# Long enough for what rank 0 does alone while the others wait in a collective (building the label
+# cache of a large dataset, a validation pass), short enough that a dead rank costs minutes.
+NCCL_TIMEOUT_S = 1800
+# torchrun kills its ranks 30 s after forwarding a stop signal; this replaces those 30 s. Below
+# compose's stop_grace_period (120 s), so the ranks save before Docker kills the container.
+STOP_GRACE_S = 90
+# The ranks agree on a stop every this many batches (one tiny all-reduce and a host sync), not at
+# every batch: a stop lands at most this many batches later.
+STOP_CHECK_EVERY = 10
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: int, low: int, high: int, why: str) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise RigError(f"{name}={raw!r}: use whole seconds between {low} and {high} ({why})")
+    return value
+
+
+def nccl_timeout(environ: Mapping[str, str]) -> int:
+    """RIG_NCCL_TIMEOUT: seconds a collective may wait before the job fails (default 30 min)."""
+    return _seconds(
+        environ, "RIG_NCCL_TIMEOUT", NCCL_TIMEOUT_S, 60, 86400, "how long ranks wait for a stuck or lost rank"
+    )
+
+
+def stop_grace(environ: Mapping[str, str]) -> int:
+    """RIG_STOP_GRACE: seconds the ranks get after a stop signal before torchrun kills them."""
+    return _seconds(
+        environ,
+        "RIG_STOP_GRACE",
+        STOP_GRACE_S,
+        1,
+        3600,
+        "keep it below Docker's stop timeout, Kubernetes' terminationGracePeriodSeconds or Slurm's KillWait",
+    )
+
+
+@dataclass(frozen=True)
+class DdpSetup:
+    device_index: int | None  # the CUDA device this rank uses; None: the CPU (gloo)
+    backend: str
+    timeout_s: int
+
+
+def ddp_setup(environ: Mapping[str, str], device_arg: str, local_rank: int, cuda: bool) -> DdpSetup:
+    """The rank's device and process group. RIG_CUDA_DEVICE (set by the binder) names the rank's GPU
+    as torch numbers it; without it, the rank's entry of the device list, as Ultralytics does."""
+    timeout = nccl_timeout(environ)
+    if not cuda:
+        return DdpSetup(None, "gloo", timeout)
+    given = environ.get("RIG_CUDA_DEVICE", "").strip()
+    if given:
+        index = int(given)
+    else:
+        devices = [d for d in device_arg.split(":", 1)[-1].split(",") if d.strip()]
+        index = int(devices[local_rank]) if local_rank < len(devices) else local_rank
+    return DdpSetup(index, "nccl", timeout)
+
+
+def stop_check_due(batches_done: int, distributed: bool) -> bool:
+    """Whether the ranks agree on a stop after this batch (every batch when there is one process)."""
+    return not distributed or batches_done % STOP_CHECK_EVERY == 0

@@ -1,0 +1,170 @@
+"""How the ranks of a job hold together, decided on the host: the process group, the stop agreement,
+the stop deadline, each rank's GPU, the default batch, the threads. The image tests
+(tests/image/test_multigpu.py) run the same paths for real under torchrun."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+from pathlib import Path
+
+import pytest
+import rig
+from rig import cli
+from rig.errors import RigError
+from rig.launch import binder, binding, ddp, job, trainer
+
+from tests.helpers.fakesys import FakeSys, bus
+
+
+# ---- 4: the process group -------------------------------------------------------------------------
+def test_nccl_timeout_is_minutes_and_checked() -> None:
+    assert ddp.nccl_timeout({}) == 1800
+    assert ddp.nccl_timeout({"RIG_NCCL_TIMEOUT": "300"}) == 300
+    for bad in ("10", "abc", "1e9", "-5"):
+        with pytest.raises(
+            RigError, match=rf"RIG_NCCL_TIMEOUT='{bad}': use whole seconds between 60 and 86400"
+        ):
+            ddp.nccl_timeout({"RIG_NCCL_TIMEOUT": bad})
+
+
+@pytest.mark.parametrize(
+    ("environ", "device", "local_rank", "cuda", "expected"),
+    [
+        ({"RIG_CUDA_DEVICE": "0"}, "0", 1, True, ddp.DdpSetup(0, "nccl", 1800)),  # rig train: its GPU alone
+        ({}, "0,2", 1, True, ddp.DdpSetup(2, "nccl", 1800)),  # Ultralytics' rule without the binder
+        ({"RIG_NCCL_TIMEOUT": "90"}, "0,1", 0, False, ddp.DdpSetup(None, "gloo", 90)),
+    ],
+)
+def test_ddp_setup(
+    environ: dict[str, str], device: str, local_rank: int, cuda: bool, expected: ddp.DdpSetup
+) -> None:
+    assert ddp.ddp_setup(environ, device, local_rank, cuda) == expected
+
+
+# ---- 10: the stop agreement is not a per-batch collective -------------------------------------------------
+def test_the_ranks_compare_stop_flags_every_tenth_batch() -> None:
+    due = [n for n in range(1, 31) if ddp.stop_check_due(n, distributed=True)]
+    assert due == [10, 20, 30]
+    assert all(ddp.stop_check_due(n, distributed=False) for n in range(1, 5))
+
+
+# ---- 3: every stop signal, and the deadline ---------------------------------------------------------------
+def test_stop_grace_default_and_bounds() -> None:
+    assert ddp.stop_grace({}) == 90
+    with pytest.raises(RigError, match="RIG_STOP_GRACE='0'"):
+        ddp.stop_grace({"RIG_STOP_GRACE": "0"})
+
+
+def test_int_hup_and_term_all_stop_between_batches_and_a_second_ctrl_c_stops_now() -> None:
+    assert set(trainer.STOP_SIGNALS) == {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    flag = trainer._StopFlag()
+    flag.handler(signal.SIGHUP, None)
+    assert flag.signum == signal.SIGHUP
+    flag.handler(signal.SIGTERM, None)
+    assert flag.signum == signal.SIGHUP  # the first signal is the one reported
+    ctrl_c = trainer._StopFlag()
+    ctrl_c.handler(signal.SIGINT, None)
+    with pytest.raises(KeyboardInterrupt):
+        ctrl_c.handler(signal.SIGINT, None)
+
+
+def test_bad_stop_grace_or_nccl_timeout_is_one_line_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "sys"
+    FakeSys(root).node(0, "0-3").online("0-3").gpu(bus(0), 0, "0-3").gpu(bus(1), 0, "0-3")
+    monkeypatch.setenv("RIG_STOP_GRACE", "forever")
+    ids = f"{bus(0)},{bus(1)}"
+    assert (
+        cli.main(["train", "--sysfs-root", str(root), "--gpu-bus-ids", ids, "--dry-run", "data=x.yaml"]) == 1
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ERROR rig: RIG_STOP_GRACE='forever'"), err
+
+
+# ---- 2: each rank exactly its GPU ----------------------------------------------------------------------
+def _plan(indices: list[int | None]) -> list[binding.RankBinding]:
+    return [
+        binding.RankBinding(r, None if i is None else bus(i), 0, (r,), 0, gpu_index=i)
+        for r, i in enumerate(indices)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("parent", "mode", "rank", "expected"),
+    [
+        (None, "one", 1, {"CUDA_VISIBLE_DEVICES": "2", "RIG_CUDA_DEVICE": "0"}),
+        (None, "ordered", 1, {"CUDA_VISIBLE_DEVICES": "0,2", "RIG_CUDA_DEVICE": "1"}),
+        ("4,5,6", "one", 1, {"CUDA_VISIBLE_DEVICES": "6", "RIG_CUDA_DEVICE": "0"}),
+        ("GPU-a,GPU-b,GPU-c", "ordered", 0, {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-c", "RIG_CUDA_DEVICE": "0"}),
+    ],
+)
+def test_each_rank_sees_its_gpu(parent: str | None, mode: str, rank: int, expected: dict[str, str]) -> None:
+    assert binder.gpu_environment(_plan([0, 2]), rank, parent, mode) == expected
+
+
+def test_cpu_ranks_keep_the_containers_gpu_variables() -> None:
+    assert binder.gpu_environment(_plan([None, None]), 0, "0", "one") == {}
+
+
+def test_the_plan_carries_each_ranks_gpu_index() -> None:
+    plan = _plan([0, 2])
+    assert [r.gpu_index for r in binding.from_json(binding.to_json(plan))] == [0, 2]
+
+
+# ---- 5: the batch for the real world size ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "world", "expected"),
+    [
+        ({}, 1, None),
+        ({}, 3, 48),  # Ultralytics alone: 16 // 3 = 5 per GPU, 15 in all
+        ({}, 24, 384),  # Ultralytics alone: 16 // 24 = 0, a crash
+        ({"batch": "64"}, 8, None),
+        ({"resume": "True"}, 8, None),
+    ],
+)
+def test_default_batch_is_per_gpu_times_the_world(
+    args: dict[str, str], world: int, expected: int | None
+) -> None:
+    got = job.default_batch(args, world, 16)
+    assert (got and got[0]) == expected
+    if got:
+        assert f"16 per GPU x {world} GPUs" in got[1]
+
+
+def test_an_autobatch_default_under_ddp_asks_for_a_batch() -> None:
+    with pytest.raises(RigError, match=r"give a total batch for the 2 ranks, e\.g\. batch=32"):
+        job.default_batch({}, 2, -1)
+
+
+def test_dry_run_without_batch_logs_the_total(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    root = tmp_path / "sys"
+    fs = FakeSys(root).node(0, "0-5").online("0-5")
+    ids = [bus(i) for i in range(3)]
+    for b in ids:
+        fs.gpu(b, 0, "0-5")
+    argv = ["train", "--sysfs-root", str(root), "--gpu-bus-ids", ",".join(ids), "--dry-run", "data=x.yaml"]
+    assert cli.main([*argv, "model=yolo11n.yaml", f"project={tmp_path / 'runs'}"]) == 0
+    printed = capsys.readouterr()
+    program = shlex.split(printed.out.strip())
+    args = dict(a.split("=", 1) for a in program[program.index("rig.launch.trainer") + 1 :])
+    assert args["batch"] == "48"
+    assert "INFO launch: batch=48: Ultralytics' default 16 per GPU x 3 GPUs" in printed.err
+
+
+# ---- 8: one OpenMP thread per CPU, whatever imported Ultralytics first ----------------------------------
+def test_omp_threads_are_decided_from_the_environment_rig_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(rig, "USER_ENVIRON", {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"})
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what `import ultralytics` does when it is unset
+    assert job._env_delta(6)["OMP_NUM_THREADS"] == "6"
+    monkeypatch.setattr(rig, "USER_ENVIRON", {**rig.USER_ENVIRON, "OMP_NUM_THREADS": "3"})
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own value wins
+    assert "OMP_NUM_THREADS" not in job._env_delta(6)
