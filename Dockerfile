@@ -113,15 +113,30 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     && rm -f /opt/rig-project/.lock
 
 # ---------------------------------------------------------------------------------------------
+# Python's C headers, alone. torch.compile builds small extensions at run time that include
+# Python.h (inductor's CPU kernels, Triton's GPU launcher); the runtime takes these two folders,
+# not the static library and the rest of the -dev package, and the builder's layers stay as they are.
+FROM base AS pyheaders
+RUN --mount=type=secret,id=ca \
+    /usr/local/lib/rig/apt-install.sh libpython3.11-dev
+
+# ---------------------------------------------------------------------------------------------
 FROM base AS runtime
 
 # tini: PID 1 that reaps and forwards signals. openssh-server: the workstation's SSH.
 # fonts-dejavu-core: Ultralytics' plots get a local font instead of downloading Arial.
 # numactl: `numactl --hardware` for users checking the topology the entrypoint binds to.
 # procps, less: what people expect in an SSH session.
+# tmux, screen: long runs over SSH survive a dropped connection (README: "Long runs over SSH").
+# g++: torch.compile's toolchain, the one compiler both need: inductor compiles its CPU kernels as
+# C++ and Triton builds its GPU launcher with the C compiler g++ depends on (about 400 MB, the price
+# of `compile=True`; nothing else in the image compiles).
 RUN --mount=type=secret,id=ca \
     /usr/local/lib/rig/apt-install.sh tini openssh-server fonts-dejavu-core numactl procps less \
+        tmux screen g++ \
     && rm -f /etc/ssh/ssh_host_*
+COPY --from=pyheaders /usr/include/python3.11 /usr/include/python3.11
+COPY --from=pyheaders /usr/include/x86_64-linux-gnu/python3.11 /usr/include/x86_64-linux-gnu/python3.11
 
 COPY --from=builder /opt/venv /opt/venv
 
@@ -147,6 +162,10 @@ EXPOSE 2222 8888 6006
 ENV YOLO_OFFLINE=true \
     YOLO_AUTOINSTALL=false \
     YOLO_CONFIG_DIR=/opt/rig/ultralytics
+# torch.compile's caches in the `cache` volume: the second run of a model does not compile again.
+ENV RIG_CACHE_DIR=/cache \
+    TORCHINDUCTOR_CACHE_DIR=/cache/torch/inductor \
+    TRITON_CACHE_DIR=/cache/torch/triton
 # The volumes' mount points, owned by yolo so fresh named volumes are too; baked weights (if any)
 # seed a fresh `weights` volume.
 COPY --from=tuned /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml \
@@ -154,13 +173,14 @@ COPY --from=tuned /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default
 COPY --from=tuned /opt/rig/configs /opt/rig/configs
 COPY --from=tuned /opt/rig/ultralytics /opt/rig/ultralytics
 COPY --from=tuned --chown=1000:1000 /opt/rig/weights /weights
-RUN mkdir -p /datasets /workspace/runs \
-    && chown yolo:yolo /datasets /weights /workspace/runs
+RUN mkdir -p /datasets /workspace/runs /cache \
+    && chown yolo:yolo /datasets /weights /workspace/runs /cache
 
 # Our own code, as late as possible.
 COPY --from=project /opt/rig-project/ /opt/venv/
 # The workstation (`rig serve`): sshd's config, and JupyterLab without news or update checks (offline).
 COPY docker/sshd_config /etc/ssh/sshd_config
+COPY docker/tmux.conf /etc/tmux.conf
 COPY docker/jupyter-overrides.json /opt/venv/share/jupyter/lab/settings/overrides.json
 # The notebooks, read-only; `rig serve` seeds them into /workspace/notebooks (rig/workstation/workspace.py).
 COPY notebooks/ /opt/rig/notebooks/

@@ -7,10 +7,14 @@ Everything is decided before anything runs (rig.launch.job), so bad input stops 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import sys
 from typing import Any
 
+from rig import log
 from rig.commands.options import add_topology_options, topology, typed
-from rig.launch import job
+from rig.launch import hangup, job
 from rig.yolo import hostdata
 
 
@@ -25,6 +29,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(launch.shell())
         return 0
+    on_terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    if hangup.at_risk(os.environ, on_terminal, signal.getsignal(signal.SIGHUP) == signal.SIG_IGN):
+        log.get("train").info("%s", hangup.HINT)
     return job.execute(launch)
 
 
