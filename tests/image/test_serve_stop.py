@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import KERNEL_CELL, Workstation, start, up
+from tests.helpers.workstation import KERNEL_CELL, TERMINAL_JOB, Workstation, start, up
 
 pytestmark = pytest.mark.image
 
@@ -57,25 +57,6 @@ while not stop:
 for _ in range(20):
     next(batches)
 (out / 'loader').write_text('SIGTERM')
-"""
-
-# Runs inside the container: opens a Jupyter terminal and types a command into it, then leaves
-# (the terminal and its job stay, as when a browser tab is closed).
-TERMINAL_JOB = r"""
-import json, sys
-from tornado import ioloop, websocket, httpclient
-token = open('/var/lib/rig/jupyter_token').read().strip()
-async def main():
-    http = httpclient.AsyncHTTPClient()
-    r = await http.fetch('http://127.0.0.1:8888/api/terminals', method='POST', body='{}',
-                         headers={'Authorization': 'token ' + token})
-    name = json.loads(r.body)['name']
-    ws = await websocket.websocket_connect(f'ws://127.0.0.1:8888/terminals/websocket/{name}?token={token}')
-    ws.write_message(json.dumps(['stdin', sys.argv[1] + '\r']))
-    await ws.read_message()
-    ws.close()
-    print('TYPED', name)
-ioloop.IOLoop.current().run_sync(main, timeout=30)
 """
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 from typing import Any
 
 from rig import log
@@ -29,8 +28,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(launch.shell())
         return 0
-    on_terminal = sys.stdin.isatty() and sys.stdout.isatty()
-    if hangup.at_risk(os.environ, on_terminal, signal.getsignal(signal.SIGHUP) == signal.SIG_IGN):
+    if hangup.at_risk(os.environ, hangup.has_terminal(), signal.getsignal(signal.SIGHUP) == signal.SIG_IGN):
         log.get("train").info("%s", hangup.HINT)
     return job.execute(launch)
 

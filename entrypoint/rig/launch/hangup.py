@@ -9,12 +9,24 @@ terminal of an SSH session or a Jupyter terminal, outside tmux and screen, and n
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 HINT = (
     "a dropped connection stops this run (it keeps last.pt); run it inside `tmux new -s train` "
     "to survive disconnects (detach with Ctrl-b d, come back with `tmux attach -t train`)"
 )
+
+
+def has_terminal() -> bool:
+    """Whether this process has a controlling terminal: its hang-up (SIGHUP) reaches the run even
+    when the output goes to a file."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 def at_risk(environ: Mapping[str, str], on_terminal: bool, hangup_ignored: bool) -> bool:
