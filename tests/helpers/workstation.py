@@ -145,32 +145,6 @@ def up(ws: Workstation) -> None:
     ws.ready_after = time.monotonic() - ws.started_at
 
 
-TERMINAL_CLIENT = r"""
-import json, re
-from tornado import ioloop, websocket, httpclient
-token = open('/var/lib/rig/jupyter_token').read().strip()
-async def main():
-    http = httpclient.AsyncHTTPClient()
-    r = await http.fetch('http://127.0.0.1:8888/api/terminals', method='POST', body='{}',
-                         headers={'Authorization': 'token ' + token})
-    name = json.loads(r.body)['name']
-    ws = await websocket.websocket_connect(f'ws://127.0.0.1:8888/terminals/websocket/{name}?token={token}')
-    # The terminal echoes what is typed: R""ESULT only reads RESULT in the command's output.
-    probe = 'echo "R""ESULT@@$(command -v python)@@$NVIDIA_VISIBLE_DEVICES@@$RIG_QUOTES@@$(id -un)@@"'
-    ws.write_message(json.dumps(['stdin', probe + '\r']))
-    out = ''
-    while not re.search(r'RESULT@@.*@@\r?\n', out):
-        msg = await ws.read_message()
-        if msg is None:
-            break
-        kind, *data = json.loads(msg)
-        if kind == 'stdout':
-            out += data[0]
-    print(out)
-ioloop.IOLoop.current().run_sync(main, timeout=30)
-"""
-
-
 # Runs inside the container: starts a kernel through the REST API and sends it one cell over the
 # kernel websocket; waits for the reply (printing the cell's output after OUTPUT:), or only for the
 # cell to start when argv[2] is "start". argv[3], if given, is the token (else the generated one).
@@ -213,21 +187,41 @@ ioloop.IOLoop.current().run_sync(main, timeout=60)
 """
 
 
-# Runs inside the container: opens a Jupyter terminal and types a command into it, then leaves
-# (the terminal and its job stay, as when a browser tab is closed).
-TERMINAL_JOB = r"""
-import json, sys
+# Runs inside the container: opens a Jupyter terminal and types argv[1] into it. With argv[2], a
+# regular expression, it prints what the terminal shows once that matches (RESULT_LINE matches the
+# output of ENV_PROBE, not the echo of what was typed); without it, it leaves at once (the terminal
+# and its job stay, as when a browser tab is closed). argv[3], if given, is the token (else the
+# generated one).
+TERMINAL = r"""
+import json, re, sys
 from tornado import ioloop, websocket, httpclient
-token = open('/var/lib/rig/jupyter_token').read().strip()
+typed = sys.argv[1]
+until = sys.argv[2] if len(sys.argv) > 2 else ''
+token = sys.argv[3] if len(sys.argv) > 3 else open('/var/lib/rig/jupyter_token').read().strip()
 async def main():
     http = httpclient.AsyncHTTPClient()
     r = await http.fetch('http://127.0.0.1:8888/api/terminals', method='POST', body='{}',
                          headers={'Authorization': 'token ' + token})
     name = json.loads(r.body)['name']
     ws = await websocket.websocket_connect(f'ws://127.0.0.1:8888/terminals/websocket/{name}?token={token}')
-    ws.write_message(json.dumps(['stdin', sys.argv[1] + '\r']))
-    await ws.read_message()
-    ws.close()
-    print('TYPED', name)
+    ws.write_message(json.dumps(['stdin', typed + '\r']))
+    if not until:
+        await ws.read_message()
+        ws.close()
+        print('TYPED', name)
+        return
+    out = ''
+    while not re.search(until, out):
+        msg = await ws.read_message()
+        if msg is None:
+            break
+        kind, *data = json.loads(msg)
+        if kind == 'stdout':
+            out += data[0]
+    print(out)
 ioloop.IOLoop.current().run_sync(main, timeout=30)
 """
+
+# What a terminal sees, for TERMINAL: echo "R""ESULT@@...@@" prints RESULT@@...@@.
+ENV_PROBE = 'echo "R""ESULT@@$(command -v python)@@$NVIDIA_VISIBLE_DEVICES@@$RIG_QUOTES@@$(id -un)@@"'
+RESULT_LINE = r"RESULT@@.*@@\r?\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import TERMINAL_JOB, Workstation, start, up
+from tests.helpers.workstation import TERMINAL, Workstation, start, up
 
 pytestmark = pytest.mark.image
 
@@ -95,7 +95,7 @@ def test_no_line_without_a_terminal(ws: Workstation) -> None:
 def test_tmux_in_a_jupyter_terminal_has_the_login_environment(ws: Workstation) -> None:
     typed = "tmux new -d -s j 'printenv PATH VIRTUAL_ENV NVIDIA_VISIBLE_DEVICES > /workspace/j.env'"
     out = ws.compose(
-        "exec", "-T", "workstation", "timeout", "60", "python", "-", typed, input=TERMINAL_JOB
+        "exec", "-T", "workstation", "timeout", "60", "python", "-", typed, input=TERMINAL
     ).stdout
     assert "TYPED" in out, out
     wait_until(lambda: _size(ws, "/workspace/j.env") > 0, timeout=30, interval=0.5)

@@ -18,7 +18,7 @@ import requests
 
 from tests.helpers.containers import Containers
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import TERMINAL_CLIENT, Workstation, start, up
+from tests.helpers.workstation import ENV_PROBE, RESULT_LINE, TERMINAL, Workstation, start, up
 
 pytestmark = pytest.mark.image
 
@@ -139,9 +139,8 @@ def test_chromium_opens_the_launcher(ws: Workstation) -> None:
 
 
 def test_jupyter_terminal_sees_the_same_environment(ws: Workstation) -> None:
-    result = ws.compose(
-        "exec", "-T", "workstation", "timeout", "40", "python", "-", input=TERMINAL_CLIENT, check=False
-    )
+    args = ("exec", "-T", "workstation", "timeout", "40", "python", "-", ENV_PROBE, RESULT_LINE)
+    result = ws.compose(*args, input=TERMINAL, check=False)
     out = result.stdout + result.stderr
     assert f"RESULT@@/opt/venv/bin/python@@all@@{TRICKY}@@yolo@@" in out, out
     owners = ws.exec(

@@ -16,7 +16,7 @@ import requests
 
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import KERNEL_CELL, TERMINAL_CLIENT, Workstation, start, up
+from tests.helpers.workstation import KERNEL_CELL, RESULT_LINE, TERMINAL, Workstation, start, up
 
 pytestmark = pytest.mark.image
 
@@ -184,11 +184,10 @@ def test_secrets_reach_no_kernel_terminal_or_session(hws: Workstation) -> None:
     args = ("exec", "-T", "workstation", "timeout", "70", "python", "-", code, "reply", TOKEN)
     result = hws.compose(*args, input=KERNEL_CELL, check=False)
     assert "OUTPUT:[]" in result.stdout, result.stdout + result.stderr
-    probe = TERMINAL_CLIENT.replace("open('/var/lib/rig/jupyter_token').read().strip()", repr(TOKEN)).replace(
-        "$(id -un)", "$(env | grep -c -e PASSWORD -e TOKEN)"
-    )
-    term = hws.compose("exec", "-T", "workstation", "timeout", "40", "python", "-", input=probe, check=False)
-    assert "@@0@@" in term.stdout, term.stdout + term.stderr
+    count = 'echo "R""ESULT@@$(env | grep -c -e PASSWORD -e TOKEN)@@"'
+    args = ("exec", "-T", "workstation", "timeout", "40", "python", "-", count, RESULT_LINE, TOKEN)
+    term = hws.compose(*args, input=TERMINAL, check=False)
+    assert "RESULT@@0@@" in term.stdout, term.stdout + term.stderr
     assert as_yolo(hws, "env | grep -c -E 'PASSWORD|TOKEN'; true").strip() == "0"
     # JupyterLab itself has the token from a file only yolo reads, not from its environment.
     # Read as yolo, like any login could (root in the container lacks CAP_SYS_PTRACE for this).

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import KERNEL_CELL, TERMINAL_JOB, Workstation, start, up
+from tests.helpers.workstation import KERNEL_CELL, TERMINAL, Workstation, start, up
 
 pytestmark = pytest.mark.image
 
@@ -124,7 +124,7 @@ def test_jobs_in_ssh_sessions_jupyter_terminals_and_kernels_finish_their_cleanup
     shell.stdin.write(f"{job} ssh-tty\n")
     shell.stdin.flush()
     # 4. in a Jupyter terminal, typed through its websocket;
-    typed = _in_container(ws, TERMINAL_JOB, f"{job} jupyter-terminal")
+    typed = _in_container(ws, TERMINAL, f"{job} jupyter-terminal")
     assert "TYPED" in typed, typed
     # 5. in a notebook kernel: a cell that traps SIGTERM itself, then the kernel sits idle.
     kernel_code = JOB.replace("sys.exit(0)", "os._exit(0)").split("while True:")[0]
