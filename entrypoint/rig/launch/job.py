@@ -155,12 +155,18 @@ def torchrun_command(
     if node.nnodes == 1:
         cmd += ["--standalone", "--nnodes", "1"]
     else:
+        # Static rendezvous: node rank N holds global ranks N*nproc.., node 0 hosts the store at
+        # MASTER_ADDR, and every rank connects there. c10d would order nodes by host name and pid
+        # (ignoring --node-rank) and send ranks to node 0's own idea of its name, which in
+        # containers is often the same on every node. The endpoint is explicit too: torchrun takes
+        # PET_RDZV_ENDPOINT from the environment as its default, and it would win over --master-addr.
+        addr = str(node.master_addr)
+        host = f"[{addr}]" if ":" in addr and not addr.startswith("[") else addr  # an IPv6 literal
         cmd += [
             "--nnodes", str(node.nnodes), "--node-rank", str(node.node_rank),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{node.master_addr}:{node.master_port}",
-            "--rdzv-id", node.rdzv_id,
-            # Node 0 hosts the c10d store: no guessing from host names (containers rarely match).
-            "--rdzv-conf", f"is_host={1 if node.node_rank == 0 else 0}",
+            "--rdzv-backend", "static", "--rdzv-id", node.rdzv_id,
+            "--master-addr", host, "--master-port", str(node.master_port),
+            "--rdzv-endpoint", f"{host}:{node.master_port}",
         ]  # fmt: skip
     cmd += ["--nproc-per-node", str(len(plan)), "--max-restarts", "0"]
     return [*cmd, "-m", BINDER, "--plan", binding.to_json(plan), "--", *program]

@@ -164,17 +164,19 @@ def test_gpu_ids_and_device_choose_the_same_gpus(
     assert [r.numa_node for r in plan] == [1, 0]
 
 
-def test_multi_node_dry_run_uses_a_c10d_rendezvous(
+def test_multi_node_dry_run_uses_a_static_rendezvous(
     tree: tuple[Path, str], execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     for k, v in {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29411"}.items():
         monkeypatch.setenv(k, v)
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
     cmd = shlex.split(capsys.readouterr().out)
-    assert cmd[cmd.index("--rdzv-backend") + 1] == "c10d"
-    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "node0:29411"
+    # Static: torchrun honours --node-rank (c10d orders nodes by host name) and MASTER_ADDR.
+    assert cmd[cmd.index("--rdzv-backend") + 1] == "static"
+    assert cmd[cmd.index("--master-addr") + 1] == "node0" and cmd[cmd.index("--master-port") + 1] == "29411"
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "node0:29411"  # over any PET_RDZV_ENDPOINT
     assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--node-rank") + 1] == "1"
-    assert cmd[cmd.index("--rdzv-conf") + 1] == "is_host=0"  # node 0 hosts the store
+    assert "--rdzv-conf" not in cmd
     # 2 nodes x 2 GPUs: the batch must divide by 4, not by this node's 2.
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "batch=6")) == 1
     assert "4 ranks" in capsys.readouterr().err
