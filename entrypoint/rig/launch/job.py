@@ -211,10 +211,12 @@ def make_plan(topology: Topology, gpu_ids: list[int]) -> list[binding.RankBindin
     return list(plan.ranks)
 
 
-def _tuning(user_args: Mapping[str, str], rank_cpus: int, nranks: int) -> dict[str, str]:
+def _tuning(
+    user_args: Mapping[str, str], rank_cpus: int, nranks: int, world: int | None = None
+) -> dict[str, str]:
     added: dict[str, str] = {}
     for d in tuning.launch_decisions(
-        user_args=user_args, data=user_args.get("data"), rank_cpus=rank_cpus, nranks=nranks
+        user_args=user_args, data=user_args.get("data"), rank_cpus=rank_cpus, nranks=nranks, world=world
     ):
         if d.key not in user_args:
             _logger.info("%s=%s: %s", d.key, d.value, d.reason)
@@ -338,7 +340,7 @@ def plan_train(
     plan = make_plan(topo, gpu_ids)
     user = _resume(_defaults(user))
     user["device"] = ",".join(str(i) for i in gpu_ids)
-    user.update(_tuning(user, len(plan[0].cpus), len(plan)))
+    user.update(_tuning(user, len(plan[0].cpus), len(plan), world))
     user, run_dir = _run_dir(user)
     if check_dataset:
         _check_dataset(user)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from rig import cli
 from rig.launch import binding, job
+from rig.yolo import tuning
 
 from tests.helpers.fakesys import FakeSys, bus
 
@@ -180,6 +181,17 @@ def test_multi_node_dry_run_uses_a_static_rendezvous(
     # 2 nodes x 2 GPUs: the batch must divide by 4, not by this node's 2.
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "batch=6")) == 1
     assert "4 ranks" in capsys.readouterr().err
+
+
+def test_loader_tuning_gets_the_local_ranks_and_the_global_world(
+    tree: tuple[Path, str], execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(tuning, "launch_decisions", lambda **kw: seen.append(kw) or [])
+    for k, v in {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0"}.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
+    assert [(kw["nranks"], kw["world"]) for kw in seen] == [(2, 4)]  # /dev/shm per node, batch per world
 
 
 @pytest.mark.parametrize("resume", ["False", "false", "none", ""])
