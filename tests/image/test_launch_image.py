@@ -180,6 +180,33 @@ def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp
     assert "--rdzv-backend static" in logs
 
 
+RUN_DIRS = textwrap.dedent(
+    """
+    import json, tempfile
+    from pathlib import Path
+    from rig.launch.job import next_run_dir
+    from ultralytics.utils.files import increment_path
+
+    project = Path(tempfile.mkdtemp())
+    pairs = []
+    for _ in range(3):
+        ours, theirs = next_run_dir(project, "train", False), increment_path(project / "train")
+        pairs.append([ours.name, theirs.name])
+        ours.mkdir()
+    print("RUNDIRS " + json.dumps(pairs))
+    """
+)
+
+
+def test_run_directories_are_named_as_the_pinned_ultralytics_names_them(containers: Containers) -> None:
+    # rig train decides the run directory before the ranks start; Ultralytics' own naming, so a
+    # later plain `yolo train` continues the same sequence.
+    rc, out = containers.oneshot(["python", "-c", RUN_DIRS], timeout=120)
+    assert rc == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("RUNDIRS "))
+    assert json.loads(line[8:]) == [["train", "train"], ["train-2", "train-2"], ["train-3", "train-3"]], out
+
+
 def test_bad_input_in_the_image_is_one_line_and_dry_run_prints_the_command(
     containers: Containers, box: tuple[Path, list[str]]
 ) -> None:

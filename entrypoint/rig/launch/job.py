@@ -138,14 +138,15 @@ def guess_task(user_args: Mapping[str, str]) -> str:
 
 
 def next_run_dir(project: Path, name: str, exist_ok: bool) -> Path:
-    """Ultralytics' naming (train, train2, train3...), decided once so every rank shares it."""
+    """Ultralytics' naming (train, train-2, train-3...: its increment_path with sep "-"), decided
+    once so every rank shares it."""
     path = project / name
     if exist_ok or not path.exists():
         return path
     n = 2
-    while (project / f"{name}{n}").exists():
+    while (project / f"{name}-{n}").exists():
         n += 1
-    return project / f"{name}{n}"
+    return project / f"{name}-{n}"
 
 
 def torchrun_command(

@@ -406,7 +406,7 @@ class Recorder:
 def attach(model_or_trainer: Any, run_dir: Path | str | None = None, **kwargs: Any) -> Recorder:
     """Record telemetry for the next `train()` of an Ultralytics model (or a trainer).
 
-    Without run_dir the trainer's save_dir (e.g. runs/detect/train3) is used.
+    Without run_dir the trainer's save_dir (e.g. runs/detect/train-3) is used.
     """
     log.setup()
     add = getattr(model_or_trainer, "add_callback", None)

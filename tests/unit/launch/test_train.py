@@ -144,11 +144,14 @@ def test_dry_run_prints_the_exact_torchrun_command(
     assert not runs.exists()  # a dry run leaves nothing behind
 
 
-def test_run_directory_is_decided_once(tmp_path: Path) -> None:
+def test_run_directory_is_decided_once_as_ultralytics_names_it(tmp_path: Path) -> None:
+    # Ultralytics 8.4's increment_path: runs/detect/train, then train-2, train-3 (sep "-").
     assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train"
     (tmp_path / "train").mkdir()
-    (tmp_path / "train2").mkdir()
-    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train3"
+    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train-2"
+    (tmp_path / "train-2").mkdir()
+    (tmp_path / "train3").mkdir()  # the old naming is not Ultralytics': not a step of the sequence
+    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train-3"
     assert job.next_run_dir(tmp_path, "train", True) == tmp_path / "train"
 
 
