@@ -21,6 +21,7 @@ from rig import log, paths
 from rig.errors import RigError
 from rig.launch import binding, gpuenv, nodes
 from rig.launch.topology import Topology, read_topology
+from rig.observe import telemetry
 from rig.spelling import AS_PARSED, Spelling
 from rig.yolo import tuning
 
@@ -171,6 +172,14 @@ def torchrun_command(
         ]  # fmt: skip
     cmd += ["--nproc-per-node", str(len(plan)), "--max-restarts", "0"]
     return [*cmd, "-m", BINDER, "--plan", binding.to_json(plan), "--", *program]
+
+
+def run_gpus(plan: Sequence[binding.RankBinding], gpu_ids: Sequence[int]) -> str:
+    """RIG_RUN_GPUS for every rank: each GPU of the run by its number in the container (what
+    --gpus and device= name) and its bus id, so telemetry samples those GPUs, labelled so."""
+    return telemetry.format_run_gpus(
+        (i, r.gpu_bus_id) for i, r in zip(gpu_ids, plan, strict=True) if r.gpu_bus_id
+    )
 
 
 @dataclass(frozen=True)
@@ -347,6 +356,7 @@ def plan_train(
         _check_dataset(user)
     program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
     env = {**_env_delta(len(plan[0].cpus)), **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
+    env[telemetry.RUN_GPUS_ENV] = run_gpus(plan, gpu_ids)
     return Launch(torchrun_command(plan, node, program, python), env)
 
 
@@ -354,10 +364,11 @@ def plan_launch(
     program: Sequence[str], topo: Topology, gpus: str | None = None, typed: Spelling = AS_PARSED
 ) -> Launch:
     """What `rig launch` runs: the user's program on each rank, through torchrun and the binder."""
-    plan = make_plan(topo, select_gpus(parse_gpus(gpus, typed), topo, typed))
+    gpu_ids = select_gpus(parse_gpus(gpus, typed), topo, typed)
+    plan = make_plan(topo, gpu_ids)
     return Launch(
         torchrun_command(plan, nodes.node_spec(os.environ), program, sys.executable),
-        _env_delta(len(plan[0].cpus)),
+        {**_env_delta(len(plan[0].cpus)), telemetry.RUN_GPUS_ENV: run_gpus(plan, gpu_ids)},
     )
 
 

@@ -164,6 +164,10 @@ def test_gpu_ids_and_device_choose_the_same_gpus(
     assert cli.main(_train(tree, *base, "device=3,0")) == 0
     assert capsys.readouterr().out == by_ids
     assert "device=3,0" in by_ids
+    # Telemetry on rank 0 samples exactly these GPUs, named as the user named them.
+    env = dict(a.split("=", 1) for a in shlex.split(by_ids)[1 : shlex.split(by_ids).index(sys.executable)])
+    ids = tree[1].split(",")
+    assert env["RIG_RUN_GPUS"] == f"3={ids[3]},0={ids[0]}"
     plan = binding.from_json(shlex.split(by_ids)[shlex.split(by_ids).index("--plan") + 1])
     assert [r.numa_node for r in plan] == [1, 0]
 
