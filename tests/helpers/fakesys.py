@@ -53,3 +53,14 @@ class FakeSys:
 def bus(i: int, domain: str = "0000") -> str:
     """A plausible bus id per GPU slot: 0000:18:00.0, 0000:2a:00.0, ..."""
     return f"{domain}:{0x18 + 0x12 * i:02x}:00.0"
+
+
+def nvidia_device(root: Path, minor: int, bus_id: str | None = None) -> None:
+    """Under a filesystem root: /dev/nvidia<minor> (a plain file will do) and, with bus_id, the
+    driver's /proc/driver/nvidia/gpus/<bus>/information that names its minor."""
+    (root / "dev").mkdir(parents=True, exist_ok=True)
+    (root / "dev" / f"nvidia{minor}").touch()
+    if bus_id is not None:
+        info = root / "proc/driver/nvidia/gpus" / bus_id / "information"
+        info.parent.mkdir(parents=True, exist_ok=True)
+        info.write_text(f"Model: \t\t NVIDIA H200\nIRQ:   \t\t 85\nDevice Minor: \t {minor}\n")

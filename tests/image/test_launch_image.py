@@ -1,7 +1,7 @@
 """The launcher in the image: real torchrun jobs through the binder, two nodes, training on the CPU.
 
 "GPUs" come from fake sysfs trees (--sysfs-root/--gpu-bus-ids), so torchrun, the binder and the
-c10d rendezvous run for real on this CPU-only box; the ranks talk over gloo.
+multi-node rendezvous run for real on this CPU-only box; the ranks talk over gloo.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.image
 
 PROBE = textwrap.dedent(
     """
-    import ctypes, json, os
+    import ctypes, json, os, socket
     import torch
     import torch.distributed as dist
 
@@ -41,6 +41,7 @@ PROBE = textwrap.dedent(
             "RIG_GPU_BUS_ID", "CUDA_DEVICE_ORDER", "MKL_THREADING_LAYER")
     # One write(2) per line: two ranks share the container's stdout.
     os.write(1, ("PROBE " + json.dumps({
+        "host": socket.gethostname(),
         "affinity": sorted(os.sched_getaffinity(0)),
         "env": {k: os.environ.get(k) for k in keys},
         "sum": total.item(),
@@ -119,7 +120,13 @@ def test_two_cpu_ranks_through_torchrun_and_the_binder_match_the_plan(
 
 
 def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp_path: Path) -> None:
-    """Two compose services on the project's network rendezvous (c10d, gloo) as two nodes."""
+    """Two compose services on the project's network rendezvous (static, gloo) as two nodes, and
+    global rank 0 (checkpoints, telemetry, the run directory) is on NODE_RANK=0.
+
+    The arrangement would put rank 0 on the wrong node under c10d, which orders nodes by host name
+    and pid: node 1 starts first and its host name sorts first (both names resolve, so c10d would
+    not hang, it would just mix the nodes up).
+    """
     root, ids = box
     cmd = ["rig", "launch", "--gpus", "1", "--sysfs-root", "/fake/sys", "--gpu-bus-ids", ids[0]]
     cmd += ["--", "python", "/fake/probe.py"]
@@ -130,9 +137,12 @@ def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp
         "cpuset": "0-1",
         "volumes": [f"{root}:/fake:ro"],
     }
+    hostnames = {0: "node-b", 1: "node-a"}
     nodes = {
         f"node{rank}": {
             **service,
+            "hostname": hostnames[rank],
+            "networks": {"default": {"aliases": [hostnames[rank]]}},
             "environment": {
                 "NNODES": "2",
                 "NODE_RANK": str(rank),
@@ -142,6 +152,7 @@ def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp
         }
         for rank in (0, 1)
     }
+    nodes["node0"]["depends_on"] = ["node1"]  # node 1 joins first
     compose_file = tmp_path / "compose.nodes.yaml"
     compose_file.write_text(json.dumps({"services": nodes}))  # JSON is YAML
     project = f"rig-test-{uuid.uuid4().hex[:8]}"
@@ -165,7 +176,35 @@ def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp
     probes = _probes(logs)
     assert [p["env"]["RANK"] for p in probes] == ["0", "1"], logs
     assert all(p["env"]["WORLD_SIZE"] == "2" and p["sum"] == 3.0 for p in probes), logs
-    assert "--rdzv-backend c10d" in logs
+    assert [p["host"] for p in probes] == [hostnames[0], hostnames[1]], logs  # rank 0 on NODE_RANK=0
+    assert "--rdzv-backend static" in logs
+
+
+RUN_DIRS = textwrap.dedent(
+    """
+    import json, tempfile
+    from pathlib import Path
+    from rig.launch.job import next_run_dir
+    from ultralytics.utils.files import increment_path
+
+    project = Path(tempfile.mkdtemp())
+    pairs = []
+    for _ in range(3):
+        ours, theirs = next_run_dir(project, "train", False), increment_path(project / "train")
+        pairs.append([ours.name, theirs.name])
+        ours.mkdir()
+    print("RUNDIRS " + json.dumps(pairs))
+    """
+)
+
+
+def test_run_directories_are_named_as_the_pinned_ultralytics_names_them(containers: Containers) -> None:
+    # rig train decides the run directory before the ranks start; Ultralytics' own naming, so a
+    # later plain `yolo train` continues the same sequence.
+    rc, out = containers.oneshot(["python", "-c", RUN_DIRS], timeout=120)
+    assert rc == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("RUNDIRS "))
+    assert json.loads(line[8:]) == [["train", "train"], ["train-2", "train-2"], ["train-3", "train-3"]], out
 
 
 def test_bad_input_in_the_image_is_one_line_and_dry_run_prints_the_command(

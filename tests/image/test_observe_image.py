@@ -81,23 +81,46 @@ def test_doctor_fails_a_missing_dataset(containers: Containers) -> None:
     assert dataset["fix"]
 
 
+def fake_gpus_result(logs: str) -> dict[str, Any]:
+    """telemetry_fake_gpus.py's JSON line; docker's logs may put a stderr line after it."""
+    return json.loads(next(line for line in reversed(logs.splitlines()) if line.startswith('{"event_files"')))
+
+
 def test_telemetry_writes_tensorboard_event_files(containers: Containers) -> None:
     rc, logs = containers.oneshot(
         ["python", "/tests/telemetry_fake_gpus.py"], timeout=120, volumes=MOUNT, network_mode="none"
     )
     assert rc == 0, logs
-    out = json.loads(logs.splitlines()[-1])
+    out = fake_gpus_result(logs)
     assert len(out["event_files"]) == 1 and out["event_files"][0].startswith("events.out.tfevents.")
     assert {f"gpu{i}/util_pct" for i in (0, 1)} <= set(out["tags"])
     assert "train/data_wait_share" in out["tags"]
     # TensorBoard reads back exactly what the CSV holds; the summary is the CSV's mean.
-    assert out["tb_gpu1_util"] == out["csv_gpu1_util"] and out["csv_gpu1_util"]
+    util = out["csv_util"]["gpu1"]
+    assert out["tb_util"]["gpu1"] == util and util
     gpu1 = out["summary"]["gpus"][1]
-    assert gpu1["mean_util_pct"] == pytest.approx(sum(out["csv_gpu1_util"]) / len(out["csv_gpu1_util"]))
+    assert gpu1["mean_util_pct"] == pytest.approx(sum(util) / len(util))
     # The fake GPU fails after 20 reads: later rows are blank, the run went on, one INFO line said so.
     assert out["csv_rows"] > gpu1["samples"]
     nvml_lines = [line for line in logs.splitlines() if "NVML error" in line]
     assert len(nvml_lines) == 1 and nvml_lines[0].startswith("INFO telemetry: ")
+
+
+def test_telemetry_samples_the_runs_gpus_numbered_as_the_user_numbers_them(containers: Containers) -> None:
+    # Two GPUs in the box, CUDA_VISIBLE_DEVICES=1: the run's only GPU is the H100, and it is cuda:0.
+    rc, logs = containers.oneshot(
+        ["python", "/tests/telemetry_fake_gpus.py"],
+        timeout=120,
+        volumes=MOUNT,
+        network_mode="none",
+        environment={"CUDA_VISIBLE_DEVICES": "1"},
+    )
+    assert rc == 0, logs
+    out = fake_gpus_result(logs)
+    assert [(g["index"], g["name"]) for g in out["summary"]["gpus"]] == [(0, "NVIDIA H100")], logs
+    assert list(out["csv_util"]) == ["gpu0"] and set(out["csv_util"]["gpu0"]) <= {70.0, 90.0}
+    assert list(out["tb_util"]) == ["gpu0"]
+    assert "INFO telemetry: GPU 0 (NVIDIA H100): mean utilisation " in logs
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Inside the image: the sampler with a fake NVML module writes real TensorBoard event files.
 
 Prints one JSON line: what TensorBoard's own EventAccumulator reads back, next to the CSV rows.
+Two fake GPUs at buses 17 and 18; run it under CUDA_VISIBLE_DEVICES to sample a subset.
 """
 
 import csv
@@ -18,7 +19,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 log.setup()  # attach() and record() do this; a bare Recorder does not
 run = Path(tempfile.mkdtemp()) / "run"
-gpus = [FakeGpu(utils=[10, 20, 30, 40]), FakeGpu(name="NVIDIA H100", uuid="GPU-1", utils=[70, 90])]
+gpus = [
+    FakeGpu(utils=[10, 20, 30, 40]),
+    FakeGpu(name="NVIDIA H100", uuid="GPU-1", bus_id="00000000:18:00.0", utils=[70, 90]),
+]
 rec = telemetry.Recorder(run, nvml_module=FakeNvml(gpus, fail_after=20), interval_s=0.05)
 rec.start()
 rec.timer.epoch_start()
@@ -36,8 +40,17 @@ print(
         {
             "event_files": sorted(p.name for p in (run / "telemetry").iterdir()),
             "tags": sorted(acc.Tags()["scalars"]),
-            "tb_gpu1_util": [e.value for e in acc.Scalars("gpu1/util_pct")],
-            "csv_gpu1_util": [float(r["gpu1_util_pct"]) for r in rows if r["gpu1_util_pct"]],
+            # Per GPU as telemetry numbers them (CUDA_VISIBLE_DEVICES=1: the H100 is gpu0).
+            "tb_util": {
+                t.split("/")[0]: [e.value for e in acc.Scalars(t)]
+                for t in acc.Tags()["scalars"]
+                if t.endswith("/util_pct")
+            },
+            "csv_util": {
+                k[: -len("_util_pct")]: [float(r[k]) for r in rows if r[k]]
+                for k in rows[0]
+                if k.endswith("_util_pct")
+            },
             "csv_rows": len(rows),
             "summary": json.loads((run / "telemetry_summary.json").read_text()),
         }

@@ -22,6 +22,7 @@ from rig import log, paths
 from rig.errors import RigError
 from rig.launch import binding, ddp, gpuenv, nodes
 from rig.launch.topology import Topology, read_topology
+from rig.observe import telemetry
 from rig.spelling import AS_PARSED, Spelling
 from rig.yolo import tuning
 
@@ -169,14 +170,15 @@ def guess_task(user_args: Mapping[str, str]) -> str:
 
 
 def next_run_dir(project: Path, name: str, exist_ok: bool) -> Path:
-    """Ultralytics' naming (train, train2, train3...), decided once so every rank shares it."""
+    """Ultralytics' naming (train, train-2, train-3...: its increment_path with sep "-"), decided
+    once so every rank shares it."""
     path = project / name
     if exist_ok or not path.exists():
         return path
     n = 2
-    while (project / f"{name}{n}").exists():
+    while (project / f"{name}-{n}").exists():
         n += 1
-    return project / f"{name}{n}"
+    return project / f"{name}-{n}"
 
 
 def torchrun_command(
@@ -191,16 +193,30 @@ def torchrun_command(
     if node.nnodes == 1:
         cmd += ["--standalone", "--nnodes", "1"]
     else:
+        # Static rendezvous: node rank N holds global ranks N*nproc.., node 0 hosts the store at
+        # MASTER_ADDR, and every rank connects there. c10d would order nodes by host name and pid
+        # (ignoring --node-rank) and send ranks to node 0's own idea of its name, which in
+        # containers is often the same on every node. The endpoint is explicit too: torchrun takes
+        # PET_RDZV_ENDPOINT from the environment as its default, and it would win over --master-addr.
+        addr = str(node.master_addr)
+        host = f"[{addr}]" if ":" in addr and not addr.startswith("[") else addr  # an IPv6 literal
         cmd += [
             "--nnodes", str(node.nnodes), "--node-rank", str(node.node_rank),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{node.master_addr}:{node.master_port}",
-            "--rdzv-id", node.rdzv_id,
-            # Node 0 hosts the c10d store: no guessing from host names (containers rarely match).
-            "--rdzv-conf", f"is_host={1 if node.node_rank == 0 else 0}",
+            "--rdzv-backend", "static", "--rdzv-id", node.rdzv_id,
+            "--master-addr", host, "--master-port", str(node.master_port),
+            "--rdzv-endpoint", f"{host}:{node.master_port}",
         ]  # fmt: skip
     cmd += ["--nproc-per-node", str(len(plan)), "--max-restarts", "0"]
     binder = ["-m", BINDER, "--plan", binding.to_json(plan), "--gpus-per-rank", gpus_per_rank]
     return [*cmd, *binder, "--", *program]
+
+
+def run_gpus(plan: Sequence[binding.RankBinding], gpu_ids: Sequence[int]) -> str:
+    """RIG_RUN_GPUS for every rank: each GPU of the run by its number in the container (what
+    --gpus and device= name) and its bus id, so telemetry samples those GPUs, labelled so."""
+    return telemetry.format_run_gpus(
+        (i, r.gpu_bus_id) for i, r in zip(gpu_ids, plan, strict=True) if r.gpu_bus_id
+    )
 
 
 @dataclass(frozen=True)
@@ -242,10 +258,12 @@ def make_plan(topology: Topology, gpu_ids: list[int]) -> list[binding.RankBindin
     return list(plan.ranks)
 
 
-def _tuning(user_args: Mapping[str, str], rank_cpus: int, nranks: int) -> dict[str, str]:
+def _tuning(
+    user_args: Mapping[str, str], rank_cpus: int, nranks: int, world: int | None = None
+) -> dict[str, str]:
     added: dict[str, str] = {}
     for d in tuning.launch_decisions(
-        user_args=user_args, data=user_args.get("data"), rank_cpus=rank_cpus, nranks=nranks
+        user_args=user_args, data=user_args.get("data"), rank_cpus=rank_cpus, nranks=nranks, world=world
     ):
         if d.key not in user_args:
             _logger.info("%s=%s: %s", d.key, d.value, d.reason)
@@ -374,12 +392,13 @@ def plan_train(
     if batch is not None:
         user["batch"] = str(batch[0])
         _logger.info("batch=%d: %s", *batch)
-    user.update(_tuning(user, len(plan[0].cpus), len(plan)))
+    user.update(_tuning(user, len(plan[0].cpus), len(plan), world))
     user, run_dir = _run_dir(user)
     if check_dataset:
         _check_dataset(user)
     program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
     env = {**_env_delta(len(plan[0].cpus)), **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
+    env[telemetry.RUN_GPUS_ENV] = run_gpus(plan, gpu_ids)
     return Launch(torchrun_command(plan, node, program, python, gpus_per_rank="one"), env)
 
 
@@ -388,10 +407,11 @@ def plan_launch(
 ) -> Launch:
     """What `rig launch` runs: the user's program on each rank, through torchrun and the binder."""
     ddp.stop_grace(os.environ)
-    plan = make_plan(topo, select_gpus(parse_gpus(gpus, typed), topo, typed))
+    gpu_ids = select_gpus(parse_gpus(gpus, typed), topo, typed)
+    plan = make_plan(topo, gpu_ids)
     return Launch(
         torchrun_command(plan, nodes.node_spec(os.environ), program, sys.executable),
-        _env_delta(len(plan[0].cpus)),
+        {**_env_delta(len(plan[0].cpus)), telemetry.RUN_GPUS_ENV: run_gpus(plan, gpu_ids)},
     )
 
 

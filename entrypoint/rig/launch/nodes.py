@@ -2,7 +2,7 @@
 
 Our own NNODES/NODE_RANK/MASTER_ADDR/MASTER_PORT win; then Kubeflow's PyTorchJob (PET_* and its
 MASTER_ADDR/WORLD_SIZE/RANK, one pod per node); then Slurm (one task per node). The result becomes
-a c10d rendezvous for torchrun.
+torchrun's static rendezvous, which honours the node rank and MASTER_ADDR (job.torchrun_command).
 """
 
 from __future__ import annotations

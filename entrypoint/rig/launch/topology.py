@@ -3,6 +3,11 @@
 Everything is read from a sysfs tree given as a parameter, so a copy of another machine's `/sys`
 plans exactly like that machine (tests build such trees in a temporary directory). NVML is asked
 only for which GPUs the container sees, and only when reading the live `/sys`.
+
+Without NVML, sysfs alone would over-promise: in a container `/sys/bus/pci` lists the host's GPUs
+whether or not any was given to the container. So under a filesystem root (the live `/`, or a
+test's fake one) a GPU counts only when its device node `/dev/nvidia<minor>` exists; a copy of a
+`/sys` alone has no `/dev` and is trusted as it is (planning another machine).
 """
 
 from __future__ import annotations
@@ -71,7 +76,8 @@ def normalize_bus_id(bus_id: str) -> str:
     m = _BUS_ID.match(bus_id.strip().lower())
     if not m:
         raise RigError(f"not a PCI bus id: {bus_id!r}; write it as sysfs does, e.g. 0000:18:00.0")
-    domain = (m.group(1) or "0000")[-4:]
+    # NVML pads the domain to 8 digits, sysfs to at least 4; a domain above ffff keeps all of them.
+    domain = f"{int(m.group(1) or '0', 16):04x}"
     return f"{domain}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
 
 
@@ -140,14 +146,44 @@ def _sysfs_gpus(sysfs: Path) -> list[str]:
     return found
 
 
+_MINOR = re.compile(r"^Device Minor:\s*(\d+)\s*$", re.MULTILINE)
+
+
+def _device_minors(fs_root: Path, bus_ids: Sequence[str]) -> dict[str, int]:
+    """Each GPU's device minor, as the driver's /proc/driver/nvidia/gpus/<bus>/information says.
+    Where the driver says nothing at all, it numbers GPUs in the order it probes them: bus order."""
+    minors: dict[str, int] = {}
+    for bus in bus_ids:
+        text = _read(fs_root / "proc/driver/nvidia/gpus" / bus / "information")
+        m = _MINOR.search(text) if text else None
+        if m:
+            minors[bus] = int(m.group(1))
+    return minors or {bus: position for position, bus in enumerate(bus_ids)}
+
+
+def _with_device_node(fs_root: Path | None, bus_ids: list[str]) -> list[str]:
+    """The GPUs this container may open: those whose /dev/nvidia<minor> exists under fs_root.
+    None (a copy of a /sys alone, or a root without /dev) trusts sysfs as it is."""
+    if fs_root is None or not (fs_root / "dev").is_dir():
+        return bus_ids
+    minors = _device_minors(fs_root, bus_ids)
+    return [b for b in bus_ids if b in minors and (fs_root / "dev" / f"nvidia{minors[b]}").exists()]
+
+
 def nvml_gpus(module: Any | None = None) -> list[tuple[str, str]] | None:
     """(bus id, UUID) of every GPU NVML shows this container, in bus order; None without a driver."""
     with nvml.session(module) as (lib, _):
         if lib is None:  # no driver, no libnvidia-ml: a CPU-only container
             return None
-        gpus = [(normalize_bus_id(lib.pci_bus_id(g.index)), g.uuid) for g in lib.gpus()]
+        try:
+            gpus = [(lib.pci_bus_id(g.index), g.uuid) for g in lib.gpus()]
+        except Exception as e:  # a GPU fallen off the bus, a driver/library mismatch
+            raise RigError(
+                f"NVML cannot read this container's GPUs ({nvml.describe_error(e)}); nvidia-smi shows "
+                "which one fails (a lost GPU needs a reset or a reboot)"
+            ) from None
     # CUDA_DEVICE_ORDER=PCI_BUS_ID (rig's GPU environment) makes CUDA ordinals follow bus order.
-    return sorted(gpus)
+    return sorted((normalize_bus_id(b), u) for b, u in gpus)
 
 
 def apply_visible_devices(
@@ -188,6 +224,7 @@ def read_topology(
     """Read the machine under sys_root. gpu_bus_ids, when given, are the GPUs in CUDA ordinal order."""
     env = os.environ if environ is None else environ
     sysfs = sysfs_dir(Path(sys_root))
+    fs_root = Path(sys_root) if sysfs != Path(sys_root) else None  # a root that holds /sys (and /dev)
     live = _is_live(sysfs)
     nodes = _node_cpus(sysfs)
     all_cpus = _all_cpus(sysfs, nodes)
@@ -205,7 +242,8 @@ def read_topology(
             buses = apply_visible_devices([b for b, _ in found], env.get("CUDA_VISIBLE_DEVICES"), dict(found))
         else:
             source = "sysfs"
-            buses = apply_visible_devices(_sysfs_gpus(sysfs), env.get("CUDA_VISIBLE_DEVICES"))
+            found_buses = _with_device_node(fs_root, _sysfs_gpus(sysfs))
+            buses = apply_visible_devices(found_buses, env.get("CUDA_VISIBLE_DEVICES"))
 
     gpus: list[Gpu] = []
     for index, bus in enumerate(buses):

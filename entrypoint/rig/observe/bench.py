@@ -20,7 +20,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from typing import Any
 from rig import log
 from rig.errors import RigError
 from rig.observe import nvml
-from rig.observe.telemetry import StepTimer, StepTotals
+from rig.observe.telemetry import StepTimer, StepTotals, nvml_run_gpus
 from rig.yolo import datasets, overlay, tuning
 
 _logger = log.get("bench")
@@ -247,10 +247,21 @@ def _step_img_s(
 
 
 class _GpuSampler:
-    """Mean GPU utilisation from NVML, sampled in a thread while a run is in progress."""
+    """Mean GPU utilisation from NVML, sampled in a thread while a run is in progress.
 
-    def __init__(self, index: int, interval: float = 0.1, nvml_module: Any | None = None) -> None:
-        self._index, self._interval, self._module = index, interval, nvml_module
+    ordinal is the run's CUDA device; NVML numbers every GPU of the machine, so the sampler reads
+    the GPU telemetry matches to that ordinal (under CUDA_VISIBLE_DEVICES=4,5, cuda:0 is NVML's 4)."""
+
+    def __init__(
+        self,
+        ordinal: int,
+        interval: float = 0.1,
+        nvml_module: Any | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._ordinal, self._interval, self._module = ordinal, interval, nvml_module
+        self._environ = os.environ if environ is None else environ
+        self._index = -1  # NVML's index of that GPU, once found
         self.samples: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -266,6 +277,18 @@ class _GpuSampler:
 
     def __enter__(self) -> _GpuSampler:
         self._nvml, state = nvml.Nvml.open(self._module)
+        if self._nvml is not None:
+            try:
+                found = dict(nvml_run_gpus(self._nvml, self._environ)).get(self._ordinal)
+            except Exception as e:  # NVML errors, a CUDA_VISIBLE_DEVICES entry naming no GPU
+                found, state = None, f"NVML cannot tell GPU {self._ordinal} ({nvml.describe_error(e)})"
+            else:
+                state = state if found is not None else f"NVML does not see CUDA GPU {self._ordinal}"
+            if found is None:
+                self._nvml.close()
+                self._nvml = None
+            else:
+                self._index = found.index
         if self._nvml is None:
             _logger.info("%s: the real run's GPU utilisation is not measured", state)
         else:

@@ -1,11 +1,13 @@
 """GPU telemetry for every training run: what the GPUs did, and how long each step waited for data.
 
-A background thread reads NVML once per interval for every GPU the process can see (in a container:
-the GPUs given to it) and appends one row to `telemetry.csv` in the run directory, plus TensorBoard
-scalars under `<run>/telemetry/`. Ultralytics callbacks time each training step: the gap between one
-batch's end and the next batch's start is time spent waiting for the loader. At the end the summary
-(`telemetry_summary.json`, one INFO line per GPU) is computed from the CSV, so the file and the summary
-never disagree.
+A background thread reads NVML once per interval for the run's GPUs and appends one row to
+`telemetry.csv` in the run directory, plus TensorBoard scalars under `<run>/telemetry/`. The run's
+GPUs are numbered as the user numbers them, never by NVML's index (which counts every GPU of the
+machine): under `rig train`, RIG_RUN_GPUS names each GPU of the run by its number in the container
+and its bus id; elsewhere, the GPUs CUDA_VISIBLE_DEVICES exposes, by CUDA ordinal. Ultralytics
+callbacks time each training step: the gap between one batch's end and the next batch's start is
+time spent waiting for the loader. At the end the summary (`telemetry_summary.json`, one INFO line
+per GPU) is computed from the CSV, so the file and the summary never disagree.
 
 Telemetry never stops a run: no NVML, no GPU or an NVML error mid-run costs one INFO line.
 """
@@ -21,13 +23,14 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from rig import flags, log
 from rig.errors import RigError
+from rig.launch.topology import apply_visible_devices, normalize_bus_id
 from rig.observe.nvml import GPU_FIELDS, GpuInfo, Nvml, describe_error
 
 LOG = log.get("telemetry")
@@ -105,6 +108,48 @@ class StepTimer:
         with self._lock:
             out, self._pending = self._pending, StepTotals()
         return out
+
+
+# ----------------------------------------------------------------------------------- the run's GPUs
+RUN_GPUS_ENV = "RIG_RUN_GPUS"
+
+
+def format_run_gpus(gpus: Iterable[tuple[int, str]]) -> str:
+    """RIG_RUN_GPUS's value: '0=0000:18:00.0,2=0000:3b:00.0' (number in the container=bus id)."""
+    return ",".join(f"{number}={bus}" for number, bus in gpus)
+
+
+def parse_run_gpus(text: str) -> list[tuple[int, str]]:
+    """The inverse of format_run_gpus; an entry that does not read is skipped."""
+    out: list[tuple[int, str]] = []
+    for item in text.split(","):
+        number, _, bus = item.strip().partition("=")
+        if number.isdigit() and bus:
+            with contextlib.suppress(RigError):
+                out.append((int(number), normalize_bus_id(bus)))
+    return out
+
+
+def run_gpus(listed: Sequence[tuple[GpuInfo, str]], environ: Mapping[str, str]) -> list[tuple[int, GpuInfo]]:
+    """The run's GPUs among NVML's (each with its bus id), with the number the user knows each by.
+
+    RIG_RUN_GPUS (set by `rig train`) wins; otherwise the GPUs CUDA_VISIBLE_DEVICES exposes, by
+    CUDA ordinal (rig sets CUDA_DEVICE_ORDER=PCI_BUS_ID: ordinals follow bus order). Raises
+    RigError for a CUDA_VISIBLE_DEVICES entry that names no GPU."""
+    by_bus = {bus: gpu for gpu, bus in listed}
+    text = environ.get(RUN_GPUS_ENV)
+    if text is not None:
+        return [(number, by_bus[bus]) for number, bus in parse_run_gpus(text) if bus in by_bus]
+    buses = sorted(by_bus)
+    visible = apply_visible_devices(
+        buses, environ.get("CUDA_VISIBLE_DEVICES"), {b: by_bus[b].uuid for b in buses}
+    )
+    return [(ordinal, by_bus[bus]) for ordinal, bus in enumerate(visible)]
+
+
+def nvml_run_gpus(lib: Nvml, environ: Mapping[str, str]) -> list[tuple[int, GpuInfo]]:
+    """run_gpus() of what NVML lists; NVML's errors propagate."""
+    return run_gpus([(g, normalize_bus_id(lib.pci_bus_id(g.index))) for g in lib.gpus()], environ)
 
 
 # -------------------------------------------------------------------------------------------- summary
@@ -228,10 +273,12 @@ class Recorder:
         nvml_module: Any | None = None,
         writer_factory: Callable[[Path], ScalarWriter | None] = tensorboard_writer,
         clock: Callable[[], float] = time.time,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self._fixed_dir = run_dir is not None  # else each training run uses its trainer's save_dir
-        self.interval_s = interval_s if interval_s is not None else interval_from_env(os.environ)
+        self._environ = os.environ if environ is None else environ
+        self.interval_s = interval_s if interval_s is not None else interval_from_env(self._environ)
         self.timer = StepTimer()
         self.summary: Summary | None = None
         self._nvml_module = nvml_module
@@ -242,7 +289,8 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._nvml: Nvml | None = None
         self._nvml_state = "not started"
-        self._gpus: list[GpuInfo] = []
+        self._gpus: list[GpuInfo] = []  # index: the GPU's number as the user knows it
+        self._nvml_index: dict[int, int] = {}  # that number -> NVML's index
         self._writer: ScalarWriter | None = None
         self._csv_file: Any = None
         self._csv: Any = None
@@ -264,14 +312,20 @@ class Recorder:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.summary, self._row, self._nvml_error_logged = None, 0, False
         self._nvml, self._nvml_state = Nvml.open(self._nvml_module)
+        self._gpus, self._nvml_index = [], {}
         if self._nvml is not None:
             try:
-                self._gpus = self._nvml.gpus()
+                chosen = nvml_run_gpus(self._nvml, self._environ)
+            except RigError as e:  # a CUDA_VISIBLE_DEVICES entry NVML cannot match
+                self._nvml_state = f"cannot tell this run's GPUs ({e})"
+                chosen = []
             except Exception as e:
                 self._nvml_state = f"NVML could not list GPUs ({describe_error(e)})"
-                self._gpus = []
+                chosen = []
+            self._gpus = [GpuInfo(number, g.name, g.uuid) for number, g in chosen]
+            self._nvml_index = {number: g.index for number, g in chosen}
             if not self._gpus and self._nvml_state == "ok":
-                self._nvml_state = "NVML sees no GPU"
+                self._nvml_state = "NVML sees none of this run's GPUs"
         if not self._gpus:
             LOG.info("%s: recording step timing only, the run goes on", self._nvml_state)
         self._writer = self._writer_factory(self.run_dir / TENSORBOARD_DIR)
@@ -315,7 +369,7 @@ class Recorder:
             if totals.step_s > 0:
                 scalars["train/data_wait_share"] = totals.data_wait_s / totals.step_s
             for g in self._gpus:
-                values, errors = self._read(g.index)
+                values, errors = self._read(self._nvml_index[g.index])
                 if errors:
                     self._log_nvml_error(f"NVML error on GPU {g.index} ({'; '.join(errors)})")
                 for name, value in values.items():
@@ -406,7 +460,7 @@ class Recorder:
 def attach(model_or_trainer: Any, run_dir: Path | str | None = None, **kwargs: Any) -> Recorder:
     """Record telemetry for the next `train()` of an Ultralytics model (or a trainer).
 
-    Without run_dir the trainer's save_dir (e.g. runs/detect/train3) is used.
+    Without run_dir the trainer's save_dir (e.g. runs/detect/train-3) is used.
     """
     log.setup()
     add = getattr(model_or_trainer, "add_callback", None)

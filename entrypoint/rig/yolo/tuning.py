@@ -104,14 +104,15 @@ def _imgsz(user_args: Mapping[str, str]) -> int:
     return max(nums) if nums else DEFAULT_IMGSZ
 
 
-def _rank_batch(user_args: Mapping[str, str], nranks: int) -> int:
+def _rank_batch(user_args: Mapping[str, str], world: int) -> int:
     try:
         batch = float(user_args.get("batch", DEFAULT_BATCH))
     except ValueError:
         batch = DEFAULT_BATCH
     if batch < 1:  # AutoBatch: -1 or a GPU memory fraction
         return AUTOBATCH_ASSUMED
-    return max(int(batch) // max(nranks, 1), 1)  # Ultralytics splits the batch across ranks
+    # Ultralytics splits the batch over the global world size: every rank of every node.
+    return max(int(batch) // max(world, 1), 1)
 
 
 def _gib(n: float) -> str:
@@ -125,13 +126,17 @@ def decide(
     resources: Resources,
     rank_cpus: int,
     nranks: int,
+    world: int | None = None,
 ) -> list[Decision]:
-    """The `workers` and `cache` arguments to add when the user did not set them."""
+    """The `workers` and `cache` arguments to add when the user did not set them.
+
+    nranks: the ranks on this node (they share its /dev/shm and RAM); world: the ranks of every
+    node (they share the batch), nranks when not given."""
     out: list[Decision] = []
     nranks = max(nranks, 1)
     imgsz = _imgsz(user_args)
-    batch_bytes = _rank_batch(user_args, nranks) * 3 * imgsz * imgsz
-    shm_per_worker = SHM_BATCHES_PER_WORKER * batch_bytes * nranks  # one worker on every rank
+    batch_bytes = _rank_batch(user_args, world or nranks) * 3 * imgsz * imgsz
+    shm_per_worker = SHM_BATCHES_PER_WORKER * batch_bytes * nranks  # one worker on every local rank
 
     if "workers" in user_args:
         try:
@@ -191,6 +196,7 @@ def launch_decisions(
     data: str | None,
     rank_cpus: int,
     nranks: int,
+    world: int | None = None,
     sys_root: Path = Path("/"),
     datasets_dir: Path | None = None,
 ) -> list[Decision]:
@@ -204,4 +210,5 @@ def launch_decisions(
         resources=read_resources(sys_root),
         rank_cpus=rank_cpus,
         nranks=nranks,
+        world=world,
     )

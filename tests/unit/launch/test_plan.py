@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rig import cli
@@ -18,8 +20,8 @@ from rig.launch.topology import (
     read_topology,
 )
 
-from tests.helpers.fakesys import FakeSys, bus
-from tests.scripts.fake_nvml import FakeGpu, FakeNvml
+from tests.helpers.fakesys import FakeSys, bus, nvidia_device
+from tests.scripts.fake_nvml import NVML_ERROR_GPU_IS_LOST, FakeGpu, FakeNvml, NVMLError
 
 
 def _plan(
@@ -43,7 +45,14 @@ def test_cpulist_round_trip(text: str, cpus: set[int]) -> None:
 
 @pytest.mark.parametrize(
     ("raw", "norm"),
-    [("00000000:18:00.0", "0000:18:00.0"), ("0000:3B:00.0", "0000:3b:00.0"), ("af:00.0", "0000:af:00.0")],
+    [
+        ("00000000:18:00.0", "0000:18:00.0"),
+        ("0000:3B:00.0", "0000:3b:00.0"),
+        ("af:00.0", "0000:af:00.0"),
+        # PCI domains above ffff (VMD, some hypervisors): NVML pads to 8 digits, sysfs writes 5.
+        ("00010000:18:00.0", "10000:18:00.0"),
+        ("10000:18:00.0", "10000:18:00.0"),
+    ],
 )
 def test_bus_ids_are_normalised_to_the_sysfs_form(raw: str, norm: str) -> None:
     assert normalize_bus_id(raw) == norm
@@ -127,6 +136,56 @@ def test_reordered_cuda_visible_devices(tmp_path: Path) -> None:
     assert _rows(plan) == [(ids[3], 1, "8-15", 1), (ids[1], 0, "0-7", 0)]
     assert [g.bus_id for g in read_topology(tmp_path, environ={}).gpus] == ids
     assert read_topology(tmp_path, environ={"CUDA_VISIBLE_DEVICES": ""}).gpus == ()
+
+
+def _host_with_two_gpus(root: Path) -> list[str]:
+    """A filesystem root whose /sys lists two GPUs, as a container's /sys lists the host's."""
+    fs = FakeSys(root / "sys").node(0, "0-7").online("0-7")
+    ids = [bus(0), bus(1)]
+    for b in ids:
+        fs.gpu(b, 0, "0-7")
+    (root / "dev").mkdir()
+    return ids
+
+
+def test_without_nvml_a_gpu_counts_only_with_its_device_node(tmp_path: Path) -> None:
+    # No NVIDIA runtime: /sys shows the host's GPUs, /dev has none of them: no GPU.
+    ids = _host_with_two_gpus(tmp_path)
+    assert read_topology(tmp_path, environ={}).gpus == ()
+    # Given GPU 1 only (its node, no /proc of the driver): the driver numbers GPUs in bus order.
+    nvidia_device(tmp_path, 1)
+    assert [g.bus_id for g in read_topology(tmp_path, environ={}).gpus] == [ids[1]]
+    nvidia_device(tmp_path, 0)
+    topo = read_topology(tmp_path, environ={"CUDA_VISIBLE_DEVICES": "1"})
+    assert [(g.index, g.bus_id) for g in topo.gpus] == [(0, ids[1])]
+
+
+def test_the_drivers_proc_maps_device_minors_to_bus_ids(tmp_path: Path) -> None:
+    ids = _host_with_two_gpus(tmp_path)
+    # The driver says bus 0 is minor 1 and bus 1 is minor 0; only /dev/nvidia1 was given.
+    nvidia_device(tmp_path, 1, ids[0])
+    info = tmp_path / "proc/driver/nvidia/gpus" / ids[1] / "information"
+    info.parent.mkdir(parents=True)
+    info.write_text("Device Minor: \t 0\n")
+    assert [g.bus_id for g in read_topology(tmp_path, environ={}).gpus] == [ids[0]]
+
+
+def test_a_copy_of_sys_alone_is_trusted_and_rig_train_without_gpus_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def launched(*argv: Any) -> None:
+        raise AssertionError(f"launched {argv}")
+
+    monkeypatch.setattr(os, "execvpe", launched)
+    ids = _host_with_two_gpus(tmp_path)
+    # `rig plan --sysfs-root COPY`: another machine's /sys, no /dev to check against.
+    assert [g.bus_id for g in read_topology(tmp_path / "sys", environ={}).gpus] == ids
+    assert cli.main(["plan", "--sysfs-root", str(tmp_path / "sys"), "--gpus", "2"]) == 0
+    capsys.readouterr()
+    # The same /sys under a root whose /dev has no GPU: our no-GPU line, nothing planned.
+    assert cli.main(["train", "--sysfs-root", str(tmp_path), "--gpus", "2", "data=x.yaml"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ERROR rig: no GPU is visible"), err
 
 
 def test_visible_devices_by_uuid_and_errors() -> None:
@@ -218,3 +277,14 @@ def test_nvml_lists_the_gpus_in_bus_order_and_shuts_down() -> None:
     assert nvml_gpus(fake) == [("0000:17:00.0", "GPU-a"), ("0000:18:00.0", "GPU-b")]
     assert not fake.initialised
     assert nvml_gpus(FakeNvml(init_error=9)) is None
+
+
+def test_an_nvml_error_on_one_gpu_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    class LostGpu(FakeNvml):
+        def nvmlDeviceGetPciInfo(self, h: FakeGpu) -> Any:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+
+    fake = LostGpu([FakeGpu(uuid="GPU-a")])
+    with pytest.raises(RigError, match=r"cannot read this container's GPUs \(NVMLError: NVML error 15\)"):
+        nvml_gpus(fake)
+    assert not fake.initialised

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from rig import cli
 from rig.launch import binding, job
+from rig.yolo import tuning
 
 from tests.helpers.fakesys import FakeSys, bus
 
@@ -144,11 +145,14 @@ def test_dry_run_prints_the_exact_torchrun_command(
     assert not runs.exists()  # a dry run leaves nothing behind
 
 
-def test_run_directory_is_decided_once(tmp_path: Path) -> None:
+def test_run_directory_is_decided_once_as_ultralytics_names_it(tmp_path: Path) -> None:
+    # Ultralytics 8.4's increment_path: runs/detect/train, then train-2, train-3 (sep "-").
     assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train"
     (tmp_path / "train").mkdir()
-    (tmp_path / "train2").mkdir()
-    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train3"
+    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train-2"
+    (tmp_path / "train-2").mkdir()
+    (tmp_path / "train3").mkdir()  # the old naming is not Ultralytics': not a step of the sequence
+    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train-3"
     assert job.next_run_dir(tmp_path, "train", True) == tmp_path / "train"
 
 
@@ -161,24 +165,41 @@ def test_gpu_ids_and_device_choose_the_same_gpus(
     assert cli.main(_train(tree, *base, "device=3,0")) == 0
     assert capsys.readouterr().out == by_ids
     assert "device=3,0" in by_ids
+    # Telemetry on rank 0 samples exactly these GPUs, named as the user named them.
+    env = dict(a.split("=", 1) for a in shlex.split(by_ids)[1 : shlex.split(by_ids).index(sys.executable)])
+    ids = tree[1].split(",")
+    assert env["RIG_RUN_GPUS"] == f"3={ids[3]},0={ids[0]}"
     plan = binding.from_json(shlex.split(by_ids)[shlex.split(by_ids).index("--plan") + 1])
     assert [r.numa_node for r in plan] == [1, 0]
 
 
-def test_multi_node_dry_run_uses_a_c10d_rendezvous(
+def test_multi_node_dry_run_uses_a_static_rendezvous(
     tree: tuple[Path, str], execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     for k, v in {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29411"}.items():
         monkeypatch.setenv(k, v)
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
     cmd = shlex.split(capsys.readouterr().out)
-    assert cmd[cmd.index("--rdzv-backend") + 1] == "c10d"
-    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "node0:29411"
+    # Static: torchrun honours --node-rank (c10d orders nodes by host name) and MASTER_ADDR.
+    assert cmd[cmd.index("--rdzv-backend") + 1] == "static"
+    assert cmd[cmd.index("--master-addr") + 1] == "node0" and cmd[cmd.index("--master-port") + 1] == "29411"
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "node0:29411"  # over any PET_RDZV_ENDPOINT
     assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--node-rank") + 1] == "1"
-    assert cmd[cmd.index("--rdzv-conf") + 1] == "is_host=0"  # node 0 hosts the store
+    assert "--rdzv-conf" not in cmd
     # 2 nodes x 2 GPUs: the batch must divide by 4, not by this node's 2.
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "batch=6")) == 1
     assert "4 ranks" in capsys.readouterr().err
+
+
+def test_loader_tuning_gets_the_local_ranks_and_the_global_world(
+    tree: tuple[Path, str], execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(tuning, "launch_decisions", lambda **kw: seen.append(kw) or [])
+    for k, v in {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0"}.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
+    assert [(kw["nranks"], kw["world"]) for kw in seen] == [(2, 4)]  # /dev/shm per node, batch per world
 
 
 @pytest.mark.parametrize("resume", ["False", "false", "none", ""])

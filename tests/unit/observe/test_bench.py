@@ -22,6 +22,21 @@ def test_the_gpu_sampler_shuts_nvml_down(monkeypatch: pytest.MonkeyPatch) -> Non
     assert not fake.initialised
 
 
+def test_the_gpu_sampler_reads_the_cuda_device_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CUDA_VISIBLE_DEVICES=4,5: cuda:0 is NVML's GPU 4, not NVML's GPU 0.
+    gpus = [
+        FakeGpu(uuid=f"GPU-{i}", bus_id=f"00000000:{0x18 + i:02x}:00.0", utils=[10 * i]) for i in range(6)
+    ]
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(gpus))
+    for ordinal, util in ((0, 40), (1, 50)):
+        with bench._GpuSampler(ordinal, interval=0.01, environ={"CUDA_VISIBLE_DEVICES": "4,5"}) as gpu:
+            wait_until(lambda: len(gpu.samples) >= 1, timeout=5, interval=0.01)
+        assert set(gpu.samples) == {util}
+    with bench._GpuSampler(2, interval=0.01, environ={"CUDA_VISIBLE_DEVICES": "4,5"}) as gpu:
+        pass  # no such CUDA device: nothing measured, NVML shut down
+    assert gpu.samples == []
+
+
 def test_the_gpu_sampler_without_nvml_measures_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(init_error=9))
     with bench._GpuSampler(0, interval=0.01) as gpu:

@@ -243,6 +243,7 @@ def fake_root(tmp_path: Path, *, cap_bnd: str = "000001ffffffffff", memlock: str
         "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
     )
     (root / "dev/shm").mkdir(parents=True)
+    (root / "dev/nvidia0").touch()  # the GPU's device node: given to this container
     node = root / "sys/devices/system/node/node0"
     node.mkdir(parents=True)
     (node / "cpulist").write_text("0-3\n")
@@ -301,6 +302,7 @@ def test_doctor_plans_the_gpus_that_gpus_names(tmp_path: Path) -> None:
         gpu.mkdir(parents=True)
         for name, value in (("vendor", "0x10de"), ("class", "0x030200"), ("numa_node", "0")):
             (gpu / name).write_text(value + "\n")
+        (root / f"dev/nvidia{i}").touch()
     facts = doctor_gather.gather(root=root, environ={}, gpus="1,3", nvml_module=FakeNvml([FakeGpu()] * 4))
     assert facts.plan is not None
     assert [r.gpu_bus_id for r in facts.plan.ranks] == ["0000:18:00.0", "0000:1a:00.0"]

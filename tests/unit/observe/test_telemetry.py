@@ -64,7 +64,14 @@ def two_gpus() -> FakeNvml:
     return FakeNvml(
         [
             FakeGpu(utils=[10, 30, 50], mem_used=[1 << 30, 3 << 30, 2 << 30]),
-            FakeGpu(name="NVIDIA H100", uuid="GPU-1", utils=[90], mem_used=[5 << 30], power_mw=None),
+            FakeGpu(
+                name="NVIDIA H100",
+                uuid="GPU-1",
+                bus_id="00000000:18:00.0",
+                utils=[90],
+                mem_used=[5 << 30],
+                power_mw=None,
+            ),
         ]
     )
 
@@ -144,6 +151,61 @@ def test_step_timer_splits_data_wait_from_compute() -> None:
     totals = timer.drain()
     assert (totals.steps, totals.data_wait_s, totals.step_s) == (3, 4.0, 8.0)
     assert timer.drain().steps == 0  # drained
+
+
+def six_gpus() -> FakeNvml:
+    """A 6-GPU machine: GPU i (NVML's index) sits at bus 0x18+i, is i*10 % busy, named GPU-i.
+    NVML lists them out of bus order, as it may; CUDA (PCI_BUS_ID order) numbers them by bus."""
+    gpus = [
+        FakeGpu(uuid=f"GPU-{i}", bus_id=f"00000000:{0x18 + i:02x}:00.0", utils=[10 * i]) for i in range(6)
+    ]
+    return FakeNvml(gpus[3:] + gpus[:3])
+
+
+def sampled(tmp_path: Path, environ: dict[str, str]) -> dict[str, str]:
+    """One row of a recorder under environ: {csv column: value} of the GPU columns' util_pct."""
+    rec = recorder(tmp_path, six_gpus(), environ=environ)
+    rec.start()
+    row = rec.sample_once()
+    summary = rec.stop()
+    assert summary is not None
+    assert [g.index for g in summary.gpus] == [int(k[3:-9]) for k in row if k.endswith("_util_pct")]
+    return {k: v for k, v in row.items() if k.endswith("_util_pct")}
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        # The container's GPUs, numbered by CUDA ordinal (bus order), not by NVML's index.
+        ({}, {f"gpu{i}_util_pct": f"{10.0 * i:.3f}" for i in range(6)}),
+        # CUDA_VISIBLE_DEVICES=4,5: the run's GPUs are cuda:0 and cuda:1; the four others are not sampled.
+        ({"CUDA_VISIBLE_DEVICES": "4,5"}, {"gpu0_util_pct": "40.000", "gpu1_util_pct": "50.000"}),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-5,2"}, {"gpu0_util_pct": "50.000", "gpu1_util_pct": "20.000"}),
+        # rig train --gpus 0,2: RIG_RUN_GPUS names them, over a rank's own CUDA_VISIBLE_DEVICES.
+        (
+            {"RIG_RUN_GPUS": "0=0000:18:00.0,2=0000:1a:00.0", "CUDA_VISIBLE_DEVICES": "2"},
+            {"gpu0_util_pct": "0.000", "gpu2_util_pct": "20.000"},
+        ),
+        # --gpus 1 under CUDA_VISIBLE_DEVICES=4,5: the user's GPU 1 is bus 0x1d (NVML's 5).
+        ({"RIG_RUN_GPUS": "1=0000:1d:00.0", "CUDA_VISIBLE_DEVICES": "4,5"}, {"gpu1_util_pct": "50.000"}),
+    ],
+)
+def test_the_runs_gpus_are_sampled_as_the_user_numbers_them(
+    tmp_path: Path, environ: dict[str, str], expected: dict[str, str]
+) -> None:
+    assert sampled(tmp_path, environ) == expected
+
+
+def test_a_cuda_visible_devices_naming_no_gpu_is_one_info_line(tmp_path: Path, logged: list[str]) -> None:
+    assert sampled(tmp_path, {"CUDA_VISIBLE_DEVICES": "GPU-nope"}) == {}
+    assert len([line for line in logged if "GPU-nope" in line]) == 1
+    assert logged[0].startswith("INFO ") and "the run goes on" in logged[0]
+
+
+def test_run_gpus_round_trip() -> None:
+    pairs = [(0, "0000:18:00.0"), (2, "10000:3b:00.0")]
+    assert telemetry.parse_run_gpus(telemetry.format_run_gpus(pairs)) == pairs
+    assert telemetry.parse_run_gpus("x=0000:18:00.0,1=,3=gpu,4=00000000:AF:00.0") == [(4, "0000:af:00.0")]
 
 
 def test_run_survives_nvml_errors_mid_run(tmp_path: Path, logged: list[str]) -> None:

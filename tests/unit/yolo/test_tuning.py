@@ -42,6 +42,31 @@ def test_workers_from_cpus_and_shm(rank_cpus: int, nranks: int, shm: int, expect
     assert values(got)["workers"] == expected_workers
 
 
+@pytest.mark.parametrize(
+    ("nranks", "world", "shm", "expected_workers"),
+    [
+        (2, None, 12 * BATCH_640 * 3, "3"),  # one node: the world is its ranks
+        (2, 2, 12 * BATCH_640 * 3, "3"),
+        # Two nodes of 2 ranks: Ultralytics gives each rank 16/4 images, a quarter of the batch,
+        # so each worker's batches take half the /dev/shm of the one-node case.
+        (2, 4, 12 * BATCH_640 * 3, "6"),
+        (1, 8, 12 * BATCH_640, "8"),  # 8 nodes of 1 rank: batch 2 per rank, CPUs are the limit
+    ],
+)
+def test_workers_follow_the_global_world_size(
+    nranks: int, world: int | None, shm: int, expected_workers: str
+) -> None:
+    got = decide(
+        user_args={},
+        train_images=100,
+        resources=Resources(mem_available=64 * GIB, shm_free=shm),
+        rank_cpus=8,
+        nranks=nranks,
+        world=world,
+    )
+    assert values(got)["workers"] == expected_workers
+
+
 def test_workers_zero_says_how_big_shm_must_be() -> None:
     (w, _) = decide(
         user_args={},
