@@ -232,7 +232,7 @@ def test_bad_input_in_the_image_is_one_line_and_dry_run_prints_the_command(
     )
     assert rc == 0, out
     command = out.strip().splitlines()[-1]
-    assert re.search(r"-m torch\.distributed\.run --standalone --nnodes 1 --nproc-per-node 2", command), out
+    assert re.search(r"-m rig\.launch\.torchrun --standalone --nnodes 1 --nproc-per-node 2", command), out
     assert "-m rig.launch.binder --plan" in command and "-m rig.launch.trainer" in command
     assert "device=0,1" in command
 
