@@ -180,11 +180,18 @@ def test_cpu_training_over_ssh_keeps_last_pt_on_stop(ws: Workstation) -> None:
     assert f"stopped by signal 15; kept {last}" in log, log[-3000:]
     epochs = int(ws.exec("tail -n +2 /workspace/runs/stop/results.csv | wc -l"))
     assert epochs_before <= epochs < 500
-    assert ws.exec(
-        f"python -c \"import torch; print(torch.load('{last}', weights_only=False)['epoch'])\""
-    ).strip()
+    saved = ws.exec(f"python -c \"import torch; print(torch.load('{last}', weights_only=False)['epoch'])\"")
+    assert int(saved.strip().splitlines()[-1]) == epochs - 1  # the end of the last whole epoch
     assert "INFO serve: the sessions' jobs exited after" in logs, logs
     assert took < 100, took
+    # Resumed over SSH after the restart: the interrupted epoch (epochs + 1, 1-based) is run again.
+    resumed = ws.ssh(
+        f"cd /workspace; nohup rig train device=cpu resume=True model={last} > resume.log 2>&1 &"
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    again = f"was saved by a stop mid-epoch: running epoch {epochs + 1}/500 again"
+    wait_until(lambda: again in ws.exec("cat /workspace/resume.log"), timeout=240, interval=2)
+    ws.ssh("pkill -TERM -f rig.launch.trainer")
 
 
 # ---- a FATAL service restarts the box ---------------------------------------------------------------
