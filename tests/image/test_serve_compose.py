@@ -250,6 +250,7 @@ def test_host_key_and_token_survive_down_up_and_stop_is_clean(image: str, tmp_pa
         ),
         ({"JUPYTER_TOKEN_FILE": "/etc"}, "JUPYTER_TOKEN_FILE=/etc: cannot read /etc (Is a directory)"),
         ({"SSH_PASSWORD": "short"}, "SSH_PASSWORD is shorter than 8 characters"),
+        ({"JUPYTER_TOKEN": "x" * 15}, "JUPYTER_TOKEN is shorter than 16 characters, short enough to guess"),
         ({"RIG_UID": "0"}, "RIG_UID=0 would run SSH logins, Jupyter and training as root"),
     ],
 )
