@@ -4,7 +4,10 @@
 # step is skipped with a reason without it). No Docker, no network. Run from the repository root:
 #   OUT=/tmp/out tools/gpu_check_launch.sh
 # Writes under $OUT: topo.txt, gpus.csv, plan.json, plan.txt, discovery.json, launch.log,
-# train.log, summary.txt. Exit 0 when every check that ran passed.
+# train.log, gpus02.log, stop.log, stuck.log, batch.txt, summary.txt. Exit 0 when every check that
+# ran passed. Checks 4-7 are the multi-GPU correctness ones (each rank its GPU, a stop keeps the
+# epoch, a stuck rank ends the job in minutes, the batch for the world size); those needing two
+# GPUs are skipped, with the reason, on one.
 set -uo pipefail
 
 OUT=${OUT:?set OUT to a directory for the results}
@@ -101,5 +104,80 @@ if "$PY" -c "import ultralytics" 2>/dev/null; then
     fi
 else
     result train skip "ultralytics is not installed here"
+fi
+ngpu=$(grep -c . "$OUT/gpus.csv" || true)
+
+# 4. Each rank exactly its GPU: `rig launch --gpus 0,LAST` runs rank 1 on the last GPU (its bus id).
+cat >"$OUT/which.py" <<'EOF'
+import json, os, subprocess
+visible = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
+mine = visible[int(os.environ["RIG_CUDA_DEVICE"])]
+bus = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", mine],
+                     capture_output=True, text=True).stdout.strip()
+os.write(1, ("WHICH " + json.dumps({"rank": os.environ["LOCAL_RANK"], "bus": bus,
+      "expected": os.environ.get("RIG_GPU_BUS_ID"), "visible": visible}) + "\n").encode())
+EOF
+cat >"$OUT/which_check.py" <<'EOF'
+import json, sys
+from rig.launch.topology import normalize_bus_id
+rows = [json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("WHICH ")]
+sys.exit(0 if len(rows) == 2 and all(normalize_bus_id(r["bus"]) == r["expected"] for r in rows) else 1)
+EOF
+if [ "$ngpu" -ge 2 ]; then
+    last=$((ngpu - 1))
+    timeout 180 "$PY" -m rig launch --gpus "0,$last" -- "$PY" "$OUT/which.py" >"$OUT/gpus02.log" 2>&1
+    if timeout 30 "$PY" "$OUT/which_check.py" "$OUT/gpus02.log"; then
+        result gpu-per-rank pass
+    else
+        result gpu-per-rank fail "see gpus02.log"
+    fi
+else
+    result gpu-per-rank skip "one GPU: --gpus 0,N needs two"
+fi
+
+# 5. Ctrl-C under torchrun keeps the epoch: SIGINT to torchrun mid-epoch, forwarded to the ranks.
+if "$PY" -c "import ultralytics" 2>/dev/null; then
+    ( "$PY" -m rig train --gpus 1 data="$OUT/demo/data.yaml" model=yolo11n.yaml epochs=50 imgsz=320 \
+        batch=8 project="$OUT/runs" name=stop plots=False >"$OUT/stop.log" 2>&1; echo $? >"$OUT/stop.rc" ) &
+    for _ in $(seq 1 120); do grep -q "Starting training for" "$OUT/stop.log" 2>/dev/null && break; sleep 1; done
+    sleep 5
+    pkill -INT -f "rig.launch.torchrun" || true
+    for _ in $(seq 1 150); do [ -s "$OUT/stop.rc" ] && break; sleep 1; done
+    if grep -q "stopped by signal 2" "$OUT/stop.log" && [ -f "$OUT/runs/stop/weights/last.pt" ]; then
+        result stop-keeps-epoch pass "rc $(cat "$OUT/stop.rc" 2>/dev/null)"
+    else
+        result stop-keeps-epoch fail "see stop.log"
+    fi
+else
+    result stop-keeps-epoch skip "ultralytics is not installed here"
+fi
+
+# 6. A stuck rank ends the job within RIG_NCCL_TIMEOUT: one rank is frozen (SIGSTOP) mid-training.
+if [ "$ngpu" -ge 2 ] && "$PY" -c "import ultralytics" 2>/dev/null; then
+    start=$(date +%s)
+    ( RIG_NCCL_TIMEOUT=60 timeout 400 "$PY" -m rig train --gpus 2 data="$OUT/demo/data.yaml" \
+        model=yolo11n.yaml epochs=50 imgsz=320 project="$OUT/runs" name=stuck plots=False \
+        >"$OUT/stuck.log" 2>&1; echo $? >"$OUT/stuck.rc" ) &
+    for _ in $(seq 1 120); do grep -q "Starting training for" "$OUT/stuck.log" 2>/dev/null && break; sleep 1; done
+    sleep 5
+    pgrep -f rig.launch.trainer | tail -1 | xargs -r kill -STOP
+    for _ in $(seq 1 300); do [ -s "$OUT/stuck.rc" ] && break; sleep 1; done
+    took=$(($(date +%s) - start))
+    if [ "$(cat "$OUT/stuck.rc" 2>/dev/null)" != 0 ] && [ "$took" -lt 300 ]; then
+        result stuck-rank pass "job ended after ${took} s (RIG_NCCL_TIMEOUT=60)"
+    else
+        result stuck-rank fail "ended after ${took} s, rc $(cat "$OUT/stuck.rc" 2>/dev/null); see stuck.log"
+    fi
+    pkill -KILL -f rig.launch.trainer 2>/dev/null || true
+else
+    result stuck-rank skip "needs two GPUs and ultralytics"
+fi
+
+# 7. The batch for the world size: without batch=, 16 per GPU times the GPUs.
+timeout 60 "$PY" -m rig train --gpus "$ngpu" --dry-run data=x.yaml model=yolo11n.yaml >"$OUT/batch.txt" 2>&1
+if grep -q "batch=$((16 * ngpu))" "$OUT/batch.txt"; then
+    result batch-for-world pass "batch=$((16 * ngpu)) on $ngpu GPU(s)"
+else
+    result batch-for-world fail "see batch.txt"
 fi
 exit "$status"
