@@ -1,7 +1,9 @@
 # yolo-rig: a training box for Ultralytics YOLO on NVIDIA GPUs.
-# CUDA 12.1 and cuDNN 8.9.2 come from PyPI's torch 2.3.1 wheels (nvidia-* packages), so the base
-# is plain Debian and the NVIDIA container toolkit only injects the driver.
-# Every Python package is installed from uv.lock, by hash; build with `make build`.
+# CUDA and cuDNN come from PyPI's torch wheels (nvidia-* packages), so the base is plain Debian and
+# the NVIDIA container toolkit only injects the driver. Two stacks, one per image (STACK below):
+# cu121 (torch 2.3.1, CUDA 12.1, cuDNN 8.9; the default) and cu128 (torch 2.9.1, CUDA 12.8,
+# cuDNN 9; Blackwell). Every Python package is installed from uv.lock, by hash; build with
+# `make build [STACK=cu128]`.
 
 ARG BASE_IMAGE=debian:bookworm-slim
 
@@ -34,6 +36,12 @@ ENV PIP_INDEX_URL=${PIP_INDEX_URL} \
     UV_PYTHON_DOWNLOADS=0 \
     UV_NO_MANAGED_PYTHON=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+# Reproducible bytecode: with SOURCE_DATE_EPOCH set, py_compile (what UV_COMPILE_BYTECODE runs)
+# writes hash-checked .pyc instead of ones stamped with each file's unpack time, so two builds of one
+# commit give a byte-identical /opt/venv (tools/compare_builds.sh). No installed file records the
+# value; a constant (1980-01-01, the oldest a wheel's zip can hold) keeps the layers below cached
+# from one commit to the next.
+ENV SOURCE_DATE_EPOCH=315532800
 
 COPY docker/uv-requirements.txt /tmp/uv-requirements.txt
 RUN --mount=type=secret,id=ca \
@@ -48,6 +56,8 @@ RUN --mount=type=secret,id=ca \
 # re-resolves. The exported list pins every file by hash, so a mirror (PIP_INDEX_URL) serves
 # exactly the locked files.
 # gpustat is an sdist built without isolation from the locked setuptools(-scm), hence two steps.
+# STACK: the CUDA stack, one of pyproject.toml's extras; the lock holds both, an image installs one.
+ARG STACK=cu121
 WORKDIR /src
 RUN --mount=type=secret,id=ca \
     --mount=type=cache,target=/root/.cache/uv \
@@ -55,9 +65,9 @@ RUN --mount=type=secret,id=ca \
     --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
     [ -f /run/secrets/ca ] && export SSL_CERT_FILE=/run/secrets/ca; \
     { uv export --offline --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
-         --no-emit-package gpustat -o /tmp/req-base.txt \
+         --extra "${STACK}" --no-emit-package gpustat -o /tmp/req-base.txt \
       && uv export --offline --quiet --locked --no-dev --no-emit-project --no-header \
-         --format requirements-txt -o /tmp/requirements.txt \
+         --format requirements-txt --extra "${STACK}" -o /tmp/requirements.txt \
       || { echo "ERROR build: uv.lock is stale for pyproject.toml: run 'make lock', then build again"; exit 1; }; } \
     && uv venv --quiet --python /usr/bin/python3.11 /opt/venv \
     && uv pip install --python /opt/venv/bin/python --quiet --require-hashes --no-deps -r /tmp/req-base.txt \
@@ -105,12 +115,18 @@ RUN --mount=type=secret,id=ca \
 # The project itself (the `rig` command), built by uv's own backend, offline, into a separate
 # prefix: the runtime stage overlays it on the venv in a small layer of its own, so a code edit
 # never re-copies the multi-GB dependency layer.
+# uv_cache.json is uv's note of when it installed the package (for its own reinstall checks, no use
+# in an image without uv): the one file that differed between two builds of a commit, with its
+# RECORD line.
 FROM builder AS project
 COPY pyproject.toml uv.lock README.md /src/
 COPY entrypoint /src/entrypoint
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv pip install --python /opt/venv/bin/python --prefix /opt/rig-project --quiet --no-deps --offline /src \
-    && rm -f /opt/rig-project/.lock
+    && rm -f /opt/rig-project/.lock \
+    && dist=$(echo /opt/rig-project/lib/python3.11/site-packages/yolo_rig-*.dist-info) \
+    && rm "${dist}/uv_cache.json" \
+    && sed -i '/\/uv_cache\.json,/d' "${dist}/RECORD"
 
 # ---------------------------------------------------------------------------------------------
 # Python's C headers, alone. torch.compile builds small extensions at run time that include
@@ -137,6 +153,12 @@ RUN --mount=type=secret,id=ca \
     && rm -f /etc/ssh/ssh_host_*
 COPY --from=pyheaders /usr/include/python3.11 /usr/include/python3.11
 COPY --from=pyheaders /usr/include/x86_64-linux-gnu/python3.11 /usr/include/x86_64-linux-gnu/python3.11
+# The Debian packages as installed, for comparing two builds (a mirror moves on; the venv does not).
+# `make build` labels the image with this file's sha256 (io.yolo-rig.debian-packages).
+# The pipe runs under base's SHELL (pipefail), which hadolint does not follow from stage to stage.
+# hadolint ignore=DL4006
+RUN mkdir -p /opt/rig \
+    && dpkg-query -W -f '${Package}=${Version} ${Architecture}\n' | LC_ALL=C sort >/opt/rig/debian-packages.txt
 
 COPY --from=builder /opt/venv /opt/venv
 
@@ -188,6 +210,10 @@ COPY notebooks/ /opt/rig/notebooks/
 ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/rig", "exec", "--"]
 CMD ["rig", "serve"]
 
+# The stack's name, for `rig --version` and `rig doctor` (which stack to use on a GPU this one lacks).
+ARG STACK=cu121
+ENV RIG_STACK=${STACK}
+
 # Last, so a new revision changes only metadata.
 ARG GIT_REVISION=unknown
 ARG CUDA_VERSION=unknown
@@ -196,9 +222,10 @@ ARG TORCH_VERSION=unknown
 ARG ULTRALYTICS_VERSION=unknown
 ENV RIG_GIT_REVISION=${GIT_REVISION}
 LABEL org.opencontainers.image.title="yolo-rig" \
-      org.opencontainers.image.description="Ultralytics YOLO training on CUDA ${CUDA_VERSION}" \
+      org.opencontainers.image.description="Ultralytics YOLO training on CUDA ${CUDA_VERSION} (stack ${STACK})" \
       org.opencontainers.image.revision="${GIT_REVISION}" \
       org.opencontainers.image.licenses="AGPL-3.0-only" \
+      io.yolo-rig.stack="${STACK}" \
       io.yolo-rig.cuda="${CUDA_VERSION}" \
       io.yolo-rig.cudnn="${CUDNN_VERSION}" \
       io.yolo-rig.torch="${TORCH_VERSION}" \

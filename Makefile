@@ -4,7 +4,10 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 IMAGE ?= yolo-rig
-TAG ?= cu121
+# The CUDA stack, one of pyproject.toml's extras: cu121 (the default) or cu128 (Blackwell). The tag
+# follows it, so `STACK=cu128 make up` runs yolo-rig:cu128.
+STACK ?= cu121
+TAG ?= $(STACK)
 BASE_IMAGE ?= debian:bookworm-slim
 APT_MIRROR ?=
 DEBOOTSTRAP_MIRROR ?= $(if $(APT_MIRROR),$(APT_MIRROR),http://deb.debian.org/debian)
@@ -19,11 +22,12 @@ RIG_WEIGHTS ?=
 VENV ?= .venv
 
 comma := ,
-# Recursive (=): the lock is read only when `build` expands BUILD_ARGS, never for `help`.
-STACK = $(shell python3 tools/lock_versions.py uv.lock)
+# The stack's versions in uv.lock, as build args for the labels. Recursive (=): the lock is read
+# only when `build` expands BUILD_ARGS, never for `help`.
+STACK_VERSIONS = $(shell python3 tools/lock_versions.py uv.lock $(STACK))
 BUILD_ARGS = --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg APT_MIRROR=$(APT_MIRROR) \
 	--build-arg PIP_INDEX_URL=$(PIP_INDEX_URL) --build-arg GIT_REVISION=$(GIT_REVISION) \
-	$(foreach kv,$(STACK),--build-arg $(kv)) \
+	--build-arg STACK=$(STACK) $(foreach kv,$(STACK_VERSIONS),--build-arg $(kv)) \
 	$(if $(RIG_WEIGHTS),--build-arg RIG_WEIGHTS="$(RIG_WEIGHTS)") \
 	$(if $(CA_BUNDLE),--secret id=ca$(comma)src=$(CA_BUNDLE))
 
@@ -35,9 +39,13 @@ help: ## print every target with its description
 base-image: ## build $(BASE_IMAGE) locally from a Debian mirror (debootstrap), for hosts without a registry
 	tools/base-image.sh $(BASE_IMAGE) $(DEBOOTSTRAP_MIRROR)
 
+# The lock names the stacks: an unknown STACK stops here in one line. The second step labels the
+# image with the sha256 of its Debian package list (a label cannot come from a RUN).
 .PHONY: build
-build: ## build $(IMAGE):$(TAG) from the lock (fails on a stale lock)
+build: ## [STACK=cu121|cu128]: build $(IMAGE):$(TAG) from the lock (fails on a stale lock)
+	@python3 tools/lock_versions.py uv.lock $(STACK) >/dev/null
 	DOCKER_BUILDKIT=1 docker build $(BUILD_ARGS) -t $(IMAGE):$(TAG) .
+	tools/label_debian_packages.sh $(IMAGE):$(TAG)
 
 # UPGRADE=1: move every package to its newest allowed version instead of keeping the current pins.
 UPGRADE ?=
@@ -65,6 +73,11 @@ test-unit: venv ## the host tests (tests/unit): seconds, no Docker
 .PHONY: test
 test: lint build ## lint, build the image, run every CPU test (tests/unit, then tests/image against it)
 	IMAGE=$(IMAGE):$(TAG) PYTHONPATH=entrypoint $(VENV)/bin/pytest -m 'not gpu' $(PYTEST_ARGS)
+
+# CI runs `make test` on the default stack, then this on the other: what a stack can break.
+.PHONY: test-stack
+test-stack: venv build ## STACK=cu128: build $(IMAGE):$(TAG), run the tests marked `stack` (versions, offline round trip, compile, workstation)
+	IMAGE=$(IMAGE):$(TAG) PYTHONPATH=entrypoint $(VENV)/bin/pytest -m 'stack and not gpu' $(PYTEST_ARGS)
 
 # As yolo, never root: root's `docker exec` starts in /workspace, where python imports what a user left.
 .PHONY: shell

@@ -6,7 +6,9 @@ set -euo pipefail
 root=${1:?usage: strip-debug.sh DIR}
 before=$(du -sb "$root" | cut -f1)
 while IFS= read -r -d '' so; do
-  if readelf -S --wide "$so" 2>/dev/null | grep -q '\.debug_info'; then
+  # grep without -q reads to the end: -q would exit at the first match and, under pipefail, the
+  # SIGPIPE it leaves readelf would make some files look unstripped at random.
+  if readelf -S --wide "$so" 2>/dev/null | grep '\.debug_info' >/dev/null; then
     strip --strip-debug "$so"
   fi
 done < <(find "$root" -type f -name '*.so*' -print0)

@@ -15,6 +15,10 @@ OUT=${OUT:?set OUT to a directory for the results}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# STACK (cu121, the default, or cu128): the yolo-rig stack this machine's torch stands in for.
+# rig reads it as RIG_STACK (rig doctor's driver minimum and kernel table); the lock's versions for it
+# are logged beside the torch installed here.
+export RIG_STACK=${STACK:-cu121}
 WHEELS=${WHEELS:-.whl}
 WORK=$(mktemp -d /tmp/rig-gpu-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -25,7 +29,7 @@ export YOLO_OFFLINE=true YOLO_AUTOINSTALL=false YOLO_CONFIG_DIR="$WORK/cfg" RIG_
 
 log() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$OUT/summary.txt"; }
 
-{ nvidia-smi; nproc; free -g; } >"$OUT/gpu.txt" 2>&1
+{ nvidia-smi; nproc; free -g; echo "stack $RIG_STACK, lock:" $(python3 tools/lock_versions.py uv.lock "$RIG_STACK"); } >"$OUT/gpu.txt" 2>&1
 if ! "$PY" -c 'import ultralytics' 2>/dev/null; then
     if compgen -G "$WHEELS/*.whl" >/dev/null; then
         "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$WHEELS"/*.whl \

@@ -13,6 +13,10 @@ set -uo pipefail
 OUT=${OUT:?set OUT to a directory for the results}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
+# STACK (cu121, the default, or cu128): the yolo-rig stack this machine's torch stands in for.
+# rig reads it as RIG_STACK (rig doctor's driver minimum and kernel table); the lock's versions for it
+# are logged beside the torch installed here.
+export RIG_STACK=${STACK:-cu121}
 export PYTHONPATH="$REPO/entrypoint${PYTHONPATH:+:$PYTHONPATH}"
 export YOLO_OFFLINE=1
 mkdir -p "$OUT"
@@ -26,6 +30,7 @@ result() { # name pass|fail|skip detail
 }
 
 nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
+echo "stack $RIG_STACK, lock:" $(python3 "$REPO/tools/lock_versions.py" "$REPO/uv.lock" "$RIG_STACK") >>"$OUT/topo.txt"
 nvidia-smi --query-gpu=index,pci.bus_id,uuid,name --format=csv,noheader >"$OUT/gpus.csv" 2>&1
 timeout 60 "$PY" -m rig plan --json >"$OUT/plan.json" 2>"$OUT/plan.err" || result plan fail "$(tail -1 "$OUT/plan.err")"
 timeout 60 "$PY" -m rig plan >"$OUT/plan.txt" 2>&1

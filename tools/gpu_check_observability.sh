@@ -13,6 +13,10 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d /tmp/rig-obs-out.XXXX)}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
+# STACK (cu121, the default, or cu128): the yolo-rig stack this machine's torch stands in for.
+# rig reads it as RIG_STACK (rig doctor's driver minimum and kernel table); the lock's versions for it
+# are logged beside the torch installed here.
+export RIG_STACK=${STACK:-cu121}
 export PYTHONPATH="$PWD/entrypoint${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 RIG_TELEMETRY_INTERVAL=1
 if compgen -G ".whl/*.whl" >/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -26,7 +30,8 @@ fail() { echo "FAIL $*" | tee -a "$checks"; }
 
 echo "== nvidia-smi"
 timeout 60 nvidia-smi || echo "nvidia-smi failed"
-"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch._C._cuda_getArchFlags())'
+echo "stack $RIG_STACK, lock:" $(python3 tools/lock_versions.py uv.lock "$RIG_STACK")
 
 echo "== rig doctor"
 timeout 120 "$PY" -m rig doctor >"$OUT/doctor.txt" 2>&1
@@ -37,7 +42,7 @@ timeout 120 "$PY" -m rig doctor --json >"$OUT/doctor.json"
 "$PY" - "$OUT/doctor.json" <<'PY' | tee -a "$checks"
 import json, sys
 checks = {c["name"]: c for c in json.load(open(sys.argv[1]))["checks"]}
-for name in ("driver", "gpus"):
+for name in ("driver", "gpus", "kernels"):  # kernels: NVML's compute capability vs this torch's arch list
     c = checks[name]
     print(f"{'PASS' if c['status'] == 'pass' else 'FAIL'} doctor {name}: {c['status']}: {c['detail']}")
 for c in checks.values():

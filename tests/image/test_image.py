@@ -20,21 +20,43 @@ from tests.helpers.containers import Containers
 
 pytestmark = pytest.mark.image
 
+# What each stack promises, written out here rather than read from the build: the versions a user
+# is told (README) and the GPU code torch must carry (sm_90 everywhere, Blackwell on cu128).
+STACK_FACTS: dict[str, dict[str, Any]] = {
+    "cu121": {"torch": "2.3.1", "cuda": "12.1", "cudnn": 8902, "cudnn_dist": "8.9.2.26", "archs": {"sm_90"}},
+    "cu128": {
+        "torch": "2.9.1",
+        "cuda": "12.8",
+        "cudnn": 91002,
+        "cudnn_dist": "9.10.2.21",
+        "archs": {"sm_90", "sm_100", "sm_120"},
+    },
+}
 
-def locked_versions() -> dict[str, str]:
-    """Every locked package (the first version where the lock holds several), for label checks."""
-    lock = tomllib.loads((REPO / "uv.lock").read_text())
-    versions: dict[str, str] = {}
-    for p in lock["package"]:
-        versions.setdefault(p["name"], p["version"])
-    return versions
+
+@pytest.fixture(scope="module")
+def stack(docker_client: Any, image: str) -> str:
+    """The image's stack, as its label says; the tests below check the label against the contents."""
+    name = str(docker_client.images.get(image).labels.get("io.yolo-rig.stack"))
+    assert name in STACK_FACTS, f"{image} is labelled stack {name}"
+    return name
 
 
-def locked_runtime(environment: dict[str, str]) -> dict[str, str]:
-    """The packages uv.lock installs for yolo-rig's runtime dependencies in this marker environment.
+def locked_versions(stack: str) -> dict[str, str]:
+    """The stack's locked packages (tools/lock_versions.py's answer, which the labels came from)."""
+    from tools.lock_versions import stack_versions
 
-    Walks the lock from the project's main dependencies (not its dev group), evaluating markers and
-    extras the way an installer does, so the expectation is computed independently of the build.
+    return stack_versions(REPO / "uv.lock", stack)
+
+
+def locked_runtime(environment: dict[str, str], stack: str) -> dict[str, str]:
+    """The packages uv.lock installs for yolo-rig's runtime dependencies and one stack (an extra) in
+    this marker environment.
+
+    Walks the lock from the project's main dependencies and the stack's extra (not its dev group),
+    evaluating markers and extras the way an installer does, so the expectation is computed
+    independently of the build. uv marks each fork's edges with the active extra
+    (`extra == 'extra-8-yolo-rig-cu128'`), so the marker environment carries that one extra.
     """
     from packaging.markers import Marker
 
@@ -53,9 +75,12 @@ def locked_runtime(environment: dict[str, str]) -> dict[str, str]:
         (only,) = by_name[dep["name"]]
         return only
 
+    environment = {**environment, "extra": f"extra-{len('yolo-rig')}-yolo-rig-{stack}"}
+    project = by_name["yolo-rig"][0]
+    roots = project["dependencies"] + project["optional-dependencies"][stack]
     wanted: dict[str, str] = {}
     seen_extras: set[tuple[str, str]] = set()
-    queue = [(d, d.get("extra", [])) for d in by_name["yolo-rig"][0]["dependencies"] if applies(d)]
+    queue = [(d, d.get("extra", [])) for d in roots if applies(d)]
     while queue:
         dep, extras = queue.pop()
         package = resolve(dep)
@@ -81,7 +106,8 @@ def run_python(containers: Containers, code: str, **kwargs: Any) -> str:
     return out
 
 
-def test_installed_versions_equal_the_lock(containers: Containers) -> None:
+@pytest.mark.stack
+def test_installed_versions_equal_the_lock(containers: Containers, stack: str) -> None:
     out = run_python(
         containers,
         "import json, platform, sys; from importlib import metadata; print(json.dumps({"
@@ -94,22 +120,39 @@ def test_installed_versions_equal_the_lock(containers: Containers) -> None:
     )
     facts = json.loads(out.strip().splitlines()[-1])
     installed = {normalize(k): v for k, v in facts["installed"].items()}
-    locked = {normalize(k): v for k, v in locked_runtime(facts["environment"]).items()}
+    locked = {normalize(k): v for k, v in locked_runtime(facts["environment"], stack).items()}
     assert installed.pop("yolo-rig") == "0.1.0"
     assert installed == locked
 
 
-def test_labels_carry_the_stack_versions(docker_client: Any, image: str) -> None:
+@pytest.mark.stack
+def test_labels_carry_the_stack_versions(docker_client: Any, image: str, stack: str) -> None:
     labels = docker_client.images.get(image).labels
-    locked = locked_versions()
-    assert labels["io.yolo-rig.torch"] == locked["torch"] == "2.3.1"
-    assert labels["io.yolo-rig.ultralytics"] == locked["ultralytics-opencv-headless"]
-    assert labels["io.yolo-rig.cudnn"] == locked["nvidia-cudnn-cu12"] == "8.9.2.26"
-    assert labels["io.yolo-rig.cuda"] == "12.1"
+    locked, facts = locked_versions(stack), STACK_FACTS[stack]
+    assert labels["io.yolo-rig.torch"] == locked["TORCH_VERSION"] == facts["torch"]
+    assert labels["io.yolo-rig.ultralytics"] == locked["ULTRALYTICS_VERSION"] == "8.4.190"
+    assert labels["io.yolo-rig.cudnn"] == locked["CUDNN_VERSION"] == facts["cudnn_dist"]
+    assert labels["io.yolo-rig.cuda"] == locked["CUDA_VERSION"] == facts["cuda"]
     assert re.fullmatch(r"[0-9a-f]{7,40}|unknown", labels["org.opencontainers.image.revision"])
 
 
-def test_cuda_cudnn_and_a_single_headless_opencv(containers: Containers) -> None:
+@pytest.mark.stack
+def test_debian_packages_are_listed_and_labelled(
+    docker_client: Any, image: str, containers: Containers
+) -> None:
+    rc, out = containers.oneshot(
+        ["bash", "-c", "sha256sum /opt/rig/debian-packages.txt; cat /opt/rig/debian-packages.txt"]
+    )
+    assert rc == 0, out
+    lines = out.strip().splitlines()
+    digest, packages = lines[0].split()[0], lines[1:]
+    assert any(re.fullmatch(r"openssh-server=\S+ amd64", p) for p in packages), packages
+    assert packages == sorted(packages)
+    assert docker_client.images.get(image).labels["io.yolo-rig.debian-packages"] == f"sha256:{digest}"
+
+
+@pytest.mark.stack
+def test_cuda_cudnn_and_a_single_headless_opencv(containers: Containers, stack: str) -> None:
     out = run_python(
         containers,
         "import json, torch, cv2; from importlib import metadata; "
@@ -118,21 +161,47 @@ def test_cuda_cudnn_and_a_single_headless_opencv(containers: Containers) -> None
         "if 'opencv' in d.metadata['Name'].lower() and 'ultralytics' not in d.metadata['Name'].lower())}))",
     )
     facts = json.loads(out.strip().splitlines()[-1])
-    assert facts["cuda"] == "12.1"
-    assert facts["cudnn"] == 8902
+    assert facts["cuda"] == STACK_FACTS[stack]["cuda"]
+    assert facts["cudnn"] == STACK_FACTS[stack]["cudnn"]
     assert facts["opencv"] == ["opencv-python-headless"]
     # cv2 imported above; libGL must not be what made that possible.
     _, libs = containers.oneshot(["bash", "-c", "ldconfig -p | grep -c 'libGL\\.so' || true"])
     assert libs.strip().splitlines()[-1] == "0"
 
 
-def test_rig_version_reports_the_stack(containers: Containers) -> None:
+@pytest.mark.stack
+def test_rig_version_reports_the_stack(containers: Containers, stack: str) -> None:
     rc, out = containers.oneshot(["rig", "--version"], timeout=60)
     assert rc == 0, out
-    locked = locked_versions()
-    assert f"torch {locked['torch']}" in out
-    assert f"ultralytics {locked['ultralytics-opencv-headless']}" in out
-    assert "CUDA 12.1" in out and "cuDNN 8.9.2.26" in out
+    locked = locked_versions(stack)
+    assert f"(stack {stack}, revision " in out
+    assert f"torch {locked['TORCH_VERSION']}" in out
+    assert f"ultralytics {locked['ULTRALYTICS_VERSION']}" in out
+    assert f"CUDA {locked['CUDA_VERSION']}" in out and f"cuDNN {locked['CUDNN_VERSION']}" in out
+
+
+@pytest.mark.stack
+def test_torch_carries_the_stacks_gpu_code(containers: Containers, stack: str) -> None:
+    """Read without a GPU (torch.cuda.get_arch_list() is empty then); `rig doctor`'s table must agree."""
+    from rig.versions import stack_named
+
+    out = run_python(containers, "import torch; print(torch._C._cuda_getArchFlags())")
+    archs = out.strip().splitlines()[-1].split()
+    assert STACK_FACTS[stack]["archs"] <= set(archs), archs
+    table = stack_named(stack)
+    assert table is not None and tuple(archs) == table.archs
+
+
+@pytest.mark.stack
+def test_torch_compile_builds_its_cpu_kernels(containers: Containers) -> None:
+    """torch.compile's toolchain in the runtime: inductor writes C++ and builds it with g++ and Python.h."""
+    code = (
+        "import glob, torch; f = torch.compile(lambda x: (x.sin() * 2 + 1).sum()); x = torch.randn(257); "
+        "assert torch.allclose(f(x), (x.sin() * 2 + 1).sum(), atol=1e-4); "
+        "print(len(glob.glob('/cache/torch/inductor/**/*.so', recursive=True)))"
+    )
+    out = run_python(containers, code, network_mode="none")
+    assert int(out.strip().splitlines()[-1]) >= 1, out
 
 
 def test_runtime_has_no_toolchain_uv_or_caches(containers: Containers) -> None:
@@ -253,6 +322,7 @@ class _Reader:
 
 
 @pytest.mark.slow
+@pytest.mark.stack
 def test_offline_train_val_predict_export(containers: Containers) -> None:
     rc, out = containers.oneshot(
         ["python", "/tests/offline_roundtrip.py", "/tmp/work"],
@@ -278,8 +348,10 @@ def test_offline_train_val_predict_export(containers: Containers) -> None:
 
 
 @pytest.mark.slow
-def test_build_fails_on_a_stale_lock(tmp_path: Path, image: str) -> None:
-    """A pyproject.toml edited without `make lock` stops the build; nothing is re-resolved."""
+@pytest.mark.stack
+def test_a_stale_lock_fails_the_build_and_make_lock_fixes_both_stacks(tmp_path: Path, stack: str) -> None:
+    """A pyproject.toml edited without `make lock` stops the build of this image's stack; nothing is
+    re-resolved. `make lock` (uv lock) then makes the lock current for every stack at once."""
     tmp_path = tmp_path / "context"
     shutil.copytree(REPO, tmp_path, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", ".*_cache"))
     pyproject = tmp_path / "pyproject.toml"
@@ -289,14 +361,30 @@ def test_build_fails_on_a_stale_lock(tmp_path: Path, image: str) -> None:
     ca = Path("/etc/ssl/certs/ca-certificates.crt")
     secret = ["--secret", f"id=ca,src={ca}"] if ca.exists() else []
     result = subprocess.run(
-        ["docker", "build", *secret, "--target", "builder", "-t", "rig-test-stale-lock", str(tmp_path)],
+        ["docker", "build", *secret, "--build-arg", f"STACK={stack}", "--target", "builder",
+         "-t", "rig-test-stale-lock", str(tmp_path)],
         env={**os.environ, "DOCKER_BUILDKIT": "1"},
         capture_output=True,
         text=True,
         timeout=600,
-    )
+    )  # fmt: skip
     out = result.stdout + result.stderr
     assert result.returncode != 0, out[-3000:]
     # A line the build step printed (BuildKit prefixes them with "#step seconds"), not the echoed RUN.
     printed = r"^#\d+ [\d.]+ ERROR build: uv\.lock is stale for pyproject\.toml: run 'make lock'"
     assert re.search(printed, out, re.M), out[-3000:]
+
+    if shutil.which("uv") is None:
+        pytest.skip("no uv on the host: `make lock` cannot run here")
+    fixed = subprocess.run(["make", "-C", str(tmp_path), "lock"], capture_output=True, text=True, timeout=300)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    for name in STACK_FACTS:  # what the build's failing step runs, for each stack
+        export = subprocess.run(
+            ["uv", "export", "--offline", "--quiet", "--locked", "--no-dev", "--no-emit-project",
+             "--extra", name, "--format", "requirements-txt", "--project", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert export.returncode == 0, export.stderr
+        assert f"torch=={STACK_FACTS[name]['torch']} " in export.stdout

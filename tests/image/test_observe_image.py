@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from rig import versions
 from rig.observe import doctor
 
 from tests.helpers import SCRIPTS
@@ -26,6 +27,7 @@ def checks_of(report: dict[str, Any]) -> dict[str, dict[str, str]]:
     return {c["name"]: c for c in report["checks"]}
 
 
+@pytest.mark.stack
 def test_doctor_json_lists_every_check_and_fails_without_gpus(containers: Containers) -> None:
     rc, report, _ = doctor_json(containers, shm_size="1g")
     names = [c["name"] for c in report["checks"]]
@@ -35,6 +37,10 @@ def test_doctor_json_lists_every_check_and_fails_without_gpus(containers: Contai
     assert checks["gpus"]["status"] == "fail"
     assert "NVIDIA Container Toolkit" in checks["gpus"]["fix"]
     assert checks["driver"]["status"] == "fail"
+    # The image's stack decides the driver it needs; no GPU: no compute capability to check.
+    s = versions.stack_named(containers.client.images.get(containers.image).labels["io.yolo-rig.stack"])
+    assert s is not None and f">= {s.min_driver}" in checks["driver"]["fix"]
+    assert checks["kernels"]["status"] == "skip"
     assert checks["shm"]["status"] == "pass"  # 1 GiB holds this 2-CPU box's loader workers
     assert (rc, report["ok"]) == (1, False)
 

@@ -47,6 +47,7 @@ def ws(image: str) -> Iterator[Workstation]:
 
 
 # ---- a normal start --------------------------------------------------------------------------------
+@pytest.mark.stack  # the workstation starts on every stack
 def test_normal_start_logs_only_info(ws: Workstation) -> None:
     logs = ws.logs()
     lines = [line for line in logs.splitlines() if line.strip()]
@@ -57,6 +58,7 @@ def test_normal_start_logs_only_info(ws: Workstation) -> None:
 
 
 # ---- SSH ------------------------------------------------------------------------------------------
+@pytest.mark.stack
 def test_key_login_sees_the_container_environment(ws: Workstation) -> None:
     result = ws.ssh(
         "printenv; echo python=$(command -v python); touch /workspace/mine; stat -c %u:%g /workspace/mine"
@@ -96,6 +98,7 @@ def test_root_is_refused(ws: Workstation) -> None:
 
 
 # ---- Jupyter --------------------------------------------------------------------------------------
+@pytest.mark.stack
 def test_jupyter_requires_the_token(ws: Workstation) -> None:
     token = ws.token()
     assert re.fullmatch(r"[0-9a-f]{48}", token)

@@ -35,6 +35,7 @@ class FakeGpu:
     temp_c: int = 40
     sm_mhz: int = 1980
     mem_mhz: int = 3201
+    capability: tuple[int, int] = (9, 0)
     reads: int = 0
 
 
@@ -87,6 +88,9 @@ class FakeNvml:
 
     def nvmlDeviceGetUUID(self, h: FakeGpu) -> str:
         return h.uuid
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: FakeGpu) -> tuple[int, int]:
+        return h.capability
 
     def nvmlDeviceGetPciInfo(self, h: FakeGpu) -> Any:
         return SimpleNamespace(busId=h.bus_id)

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 # Names rig set itself (not the user), so a later `rig train` may resize OMP_NUM_THREADS per rank.
 MARKER = "RIG_ENV_DEFAULTS"
+# The caching allocator's settings: torch 2.9 (stack cu128) reads the first and warns on every start
+# when only the second is set; torch 2.3 (cu121) reads only the second. Both carry one value, the
+# user's if they set either.
+ALLOC_CONF = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,7 @@ class EnvEntry:
     user_set: bool
 
 
-def _defaults(threads: int) -> list[tuple[str, str, str]]:
+def _defaults(threads: int, alloc_conf: str) -> list[tuple[str, str, str]]:
     return [
         (
             "CUDA_DEVICE_ORDER",
@@ -41,8 +45,13 @@ def _defaults(threads: int) -> list[tuple[str, str, str]]:
         ),
         (
             "PYTORCH_CUDA_ALLOC_CONF",
-            "expandable_segments:True",
+            alloc_conf,
             "the caching allocator grows segments instead of fragmenting on YOLO's varying batch shapes",
+        ),
+        (
+            "PYTORCH_ALLOC_CONF",
+            alloc_conf,
+            "the same, under the name torch 2.9 (stack cu128) reads without a deprecation warning",
         ),
         (
             "TORCH_NCCL_ASYNC_ERROR_HANDLING",
@@ -68,11 +77,13 @@ def gpu_environment(environ: Mapping[str, str], *, threads: int | None = None) -
     """
     n = threads if threads is not None else default_threads()
     ours = set(environ.get(MARKER, "").split(","))
+    users = [environ[name] for name in ALLOC_CONF if name in environ and name not in ours]
+    alloc_conf = users[0] if users else "expandable_segments:True"
     entries = [
         EnvEntry(name, environ[name], reason, True)
         if name in environ and name not in ours
         else EnvEntry(name, value, reason, False)
-        for name, value, reason in _defaults(n)
+        for name, value, reason in _defaults(n, alloc_conf)
     ]
     mine = ",".join(e.name for e in entries if not e.user_set)
     return [*entries, EnvEntry(MARKER, mine, "the variables above that rig chose (not you)", False)]

@@ -19,8 +19,8 @@ from rig import paths
 from rig.launch.binding import Plan
 from rig.launch.topology import Topology, format_cpulist
 from rig.observe.bench import BenchResult
+from rig.versions import DEFAULT_STACK, STACKS, Stack, stack_named
 
-MIN_DRIVER = "530.30.02"  # CUDA 12.1's minimum Linux driver (CUDA 12.1 release notes, table 3)
 GIB = 1 << 30
 MIB = 1 << 20
 STACK_RECOMMENDED = 64 * MIB  # what NVIDIA's framework containers ask for (--ulimit stack=67108864)
@@ -58,6 +58,7 @@ class Check:
 class GpuFact:
     index: int
     name: str
+    capability: tuple[int, int] | None = None  # CUDA compute capability, (9, 0) for sm_90; None: unread
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,8 @@ class Facts:
     bench: BenchResult | None = None
     bench_error: str | None = None
     bench_requested: bool = False
+    cuda_stack: str = DEFAULT_STACK  # the image's stack (RIG_STACK)
+    arch_flags: tuple[str, ...] | None = None  # torch's GPU code in this image; None: unread
 
 
 # ------------------------------------------------------------------------------------------- checks
@@ -113,24 +116,100 @@ def _limit(n: int) -> str:
     return "unlimited" if n < 0 else _size(n)
 
 
+def _stack(f: Facts) -> Stack:
+    return stack_named(f.cuda_stack) or STACKS[0]
+
+
 def check_driver(f: Facts) -> Check:
+    s = _stack(f)
     if f.driver_version is None:
         why = f"({f.nvml_error})" if f.nvml_error else ""
         return Check(
             "driver",
             Status.FAIL,
             f"no NVIDIA driver visible in the container {why}".strip(),
-            f"install an NVIDIA driver >= {MIN_DRIVER} on the host, then give the container GPUs "
+            f"install an NVIDIA driver >= {s.min_driver} on the host, then give the container GPUs "
             "(the gpus check says how)",
         )
-    if _version(f.driver_version) < _version(MIN_DRIVER):
+    if _version(f.driver_version) < _version(s.min_driver):
         return Check(
             "driver",
             Status.FAIL,
-            f"driver {f.driver_version} is older than {MIN_DRIVER}, the minimum for the image's CUDA 12.1",
-            f"upgrade the host's NVIDIA driver to {MIN_DRIVER} or newer (e.g. the 535 or 550 branch)",
+            f"driver {f.driver_version} is older than {s.min_driver}, the minimum for the image's "
+            f"CUDA {s.cuda} (stack {s.name})",
+            f"upgrade the host's NVIDIA driver to {s.min_driver} or newer",
         )
-    return Check("driver", Status.PASS, f"driver {f.driver_version} (CUDA 12.1 needs >= {MIN_DRIVER})")
+    return Check(
+        "driver",
+        Status.PASS,
+        f"driver {f.driver_version} (stack {s.name}: CUDA {s.cuda} needs >= {s.min_driver})",
+    )
+
+
+def _arch(flag: str) -> tuple[str, int, int, bool] | None:
+    """'sm_86' -> ('sm', 8, 6, False); 'compute_90' is PTX; 'sm_90a' is for 9.0 alone."""
+    m = re.fullmatch(r"(sm|compute)_(\d+)(\d)([af]?)", flag)
+    return (m.group(1), int(m.group(2)), int(m.group(3)), m.group(4) == "a") if m else None
+
+
+def has_kernels(capability: tuple[int, int], archs: Sequence[str]) -> bool:
+    """Whether torch built for `archs` runs on a GPU of this compute capability. CUDA's rule: a
+    binary for sm_XY runs on X.Z for every Z >= Y (same major: sm_86 runs on an sm_89 GPU, sm_90
+    on no Blackwell), PTX (compute_XY) is compiled by the driver for any GPU from X.Y on."""
+    for flag in archs:
+        arch = _arch(flag)
+        if arch is None:
+            continue
+        kind, major, minor, specific = arch
+        if specific:
+            ok = capability == (major, minor)
+        elif kind == "sm":
+            ok = capability[0] == major and capability[1] >= minor
+        else:
+            ok = capability >= (major, minor)
+        if ok:
+            return True
+    return False
+
+
+def stack_for(capability: tuple[int, int]) -> Stack | None:
+    """The first stack (the default first) whose torch runs on this GPU."""
+    return next((s for s in STACKS if has_kernels(capability, s.archs)), None)
+
+
+def _sm(capability: tuple[int, int]) -> str:
+    return f"sm_{capability[0]}{capability[1]}"
+
+
+def check_kernels(f: Facts) -> Check:
+    s = _stack(f)
+    archs = f.arch_flags if f.arch_flags is not None else s.archs
+    known = [(g, g.capability) for g in f.gpus if g.capability is not None]
+    if not known:
+        return Check("kernels", Status.SKIP, "no GPU compute capability to check")
+    have = f"stack {s.name}'s torch has kernels for {' '.join(archs)}"
+    missing = [(g, cap) for g, cap in known if not has_kernels(cap, archs)]
+    if not missing:
+        return Check(
+            "kernels", Status.PASS, f"{have}: runs on {', '.join(sorted({_sm(c) for _, c in known}))}"
+        )
+    g, cap = missing[0]
+    gpu = f"GPU {g.index} ({g.name}, {_sm(cap)})"
+    other = stack_for(cap)
+    if other is None:
+        return Check(
+            "kernels",
+            Status.FAIL,
+            f"{gpu}: no yolo-rig stack has kernels for it ({have})",
+            "train on a GPU a stack supports: " + "; ".join(f"{o.name}: {' '.join(o.archs)}" for o in STACKS),
+        )
+    return Check(
+        "kernels",
+        Status.FAIL,
+        f"{gpu}: {have}, none for this GPU: use stack {other.name} (yolo-rig:{other.name})",
+        f"`make build STACK={other.name}`, then run that image (`STACK={other.name} make up`, "
+        f"`make train STACK={other.name}`); it needs driver >= {other.min_driver}",
+    )
 
 
 def check_gpus(f: Facts) -> Check:
@@ -363,6 +442,7 @@ def check_bench(f: Facts) -> Check:
 CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_driver,
     check_gpus,
+    check_kernels,
     check_shm,
     check_memlock,
     check_stack,

@@ -8,6 +8,7 @@ an exception: the doctor must report on a broken box, not crash on it.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import time
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rig import paths
+from rig import paths, versions
 from rig.errors import RigError
 from rig.launch import job
 from rig.launch.binding import make_plan
@@ -87,6 +88,23 @@ def planned_gpus(choice: str | list[int] | int, visible: int) -> list[int]:
     return list(range(visible if choice == "all" else min(int(choice), visible)))
 
 
+def torch_arch_flags() -> tuple[str, ...] | None:
+    """The GPU code this image's torch was built with ('sm_80 sm_86 sm_90 ...'); readable without a
+    GPU, unlike torch.cuda.get_arch_list(). None without a CUDA torch."""
+    try:
+        flags = importlib.import_module("torch")._C._cuda_getArchFlags()
+    except Exception:  # no torch (the host's tests), a CPU build, a private API gone
+        return None
+    return tuple(str(flags).split()) if flags else None
+
+
+def _capability(nvml: Any, index: int) -> tuple[int, int] | None:
+    try:
+        return nvml.capability(index)  # type: ignore[no-any-return]
+    except Exception:  # NotSupported on an old driver: the kernels check then skips that GPU
+        return None
+
+
 def _hex(value: str | None) -> int | None:
     try:
         return int(value, 16) if value else None
@@ -104,14 +122,16 @@ def gather(
     gpus: str | None = None,
     batch: int = 16,
     imgsz: int = 640,
+    arch_flags: tuple[str, ...] | None = None,
 ) -> Facts:
+    """arch_flags: torch's GPU code; None reads it from the installed torch (torch_arch_flags)."""
     env = os.environ if environ is None else environ
     with session(nvml_module) as (nvml, state):
         driver, gpu_facts, nvml_error = None, [], None if nvml is not None else state
         if nvml is not None:
             try:
                 driver = nvml.driver_version()
-                gpu_facts = [GpuFact(g.index, g.name) for g in nvml.gpus()]
+                gpu_facts = [GpuFact(g.index, g.name, _capability(nvml, g.index)) for g in nvml.gpus()]
             except Exception as e:  # a GPU fell off the bus, a driver/library mismatch...
                 nvml_error = f"NVML error ({describe_error(e)})"
     if driver is None:
@@ -166,6 +186,8 @@ def gather(
         bench=bench_result,
         bench_error=bench_error,
         bench_requested=bench,
+        cuda_stack=env.get("RIG_STACK", versions.DEFAULT_STACK),
+        arch_flags=arch_flags if arch_flags is not None or not gpu_facts else torch_arch_flags(),
     )
 
 

@@ -68,6 +68,11 @@ class Nvml:
             )
         return out
 
+    def capability(self, index: int) -> tuple[int, int]:
+        """CUDA compute capability, (9, 0) for an H100/H200, (12, 0) for an RTX 5090."""
+        major, minor = self.m.nvmlDeviceGetCudaComputeCapability(self._handle(index))
+        return int(major), int(minor)
+
     def pci_bus_id(self, index: int) -> str:
         """As NVML writes it: 00000000:18:00.0."""
         return _text(self.m.nvmlDeviceGetPciInfo(self._handle(index)).busId)

@@ -25,6 +25,17 @@ def test_gpu_environment_keeps_user_values_and_says_why() -> None:
     assert gpuenv.updated({"OMP_NUM_THREADS": "3"}, threads=4)["OMP_NUM_THREADS"] == "3"
 
 
+@pytest.mark.parametrize("name", gpuenv.ALLOC_CONF)
+def test_the_allocator_setting_goes_under_both_names_with_the_users_value(name: str) -> None:
+    # torch 2.9 reads PYTORCH_ALLOC_CONF first: the user's PYTORCH_CUDA_ALLOC_CONF must reach it too.
+    assert {gpuenv.updated({})[n] for n in gpuenv.ALLOC_CONF} == {"expandable_segments:True"}
+    env = gpuenv.updated({name: "max_split_size_mb:128"})
+    assert {env[n] for n in gpuenv.ALLOC_CONF} == {"max_split_size_mb:128"}
+    assert {n for n in gpuenv.ALLOC_CONF if n in env[gpuenv.MARKER].split(",")} == set(gpuenv.ALLOC_CONF) - {
+        name
+    }
+
+
 def test_rig_env_prints_every_variable_with_its_reason(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

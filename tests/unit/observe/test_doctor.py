@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rig import versions
 from rig.errors import RigError
 from rig.launch.binding import make_plan
 from rig.launch.topology import Gpu, Topology
@@ -36,7 +37,7 @@ def healthy(**changes: Any) -> Facts:
     t = topo()
     facts = Facts(
         driver_version="550.54.15",
-        gpus=(GpuFact(0, "NVIDIA H200"), GpuFact(1, "NVIDIA H200")),
+        gpus=(GpuFact(0, "NVIDIA H200", (9, 0)), GpuFact(1, "NVIDIA H200", (9, 0))),
         topology=t,
         plan=make_plan(t, 2),
         shm_total=64 * GIB,
@@ -59,6 +60,7 @@ def test_a_healthy_box_passes_everything_it_can_check() -> None:
     assert {c.name: c.status for c in checks} == {
         "driver": PASS,
         "gpus": PASS,
+        "kernels": PASS,
         "shm": PASS,
         "memlock": PASS,
         "stack": PASS,
@@ -83,6 +85,78 @@ def test_driver_must_be_new_enough_for_cuda_12_1(version: str | None, status: st
     assert check.status == status
     if status == FAIL:
         assert "530.30.02" in check.fix
+
+
+@pytest.mark.parametrize(
+    ("stack", "version", "status"),
+    [("cu128", "570.26", PASS), ("cu128", "580.65.06", PASS), ("cu128", "565.57.01", FAIL),
+     ("cu128", "550.54.15", FAIL), ("cu121", "550.54.15", PASS)],
+)  # fmt: skip
+def test_driver_minimum_is_the_stacks(stack: str, version: str, status: str) -> None:
+    check = doctor.check_driver(healthy(cuda_stack=stack, driver_version=version))
+    assert check.status == status
+    assert f"stack {stack}" in check.detail
+    if status == FAIL:
+        assert ("570.26" if stack == "cu128" else "530.30.02") in check.fix
+
+
+ARCHS = {s.name: s.archs for s in versions.STACKS}
+
+
+# (compute capability, GPU, has kernels in cu121, in cu128)
+KERNELS = [
+    ((7, 5), "T4", True, True),
+    ((8, 0), "A100", True, True),
+    ((8, 6), "A10 / RTX 3090", True, True),
+    ((8, 9), "L4 / RTX 4090", True, True),  # sm_86's binaries run on 8.9
+    ((9, 0), "H100 / H200", True, True),
+    ((10, 0), "B200", False, True),
+    ((12, 0), "RTX 5090 / RTX PRO 6000", False, True),
+]
+
+
+@pytest.mark.parametrize(("capability", "gpu", "cu121", "cu128"), KERNELS)
+def test_which_stack_has_kernels_for_which_gpu(
+    capability: tuple[int, int], gpu: str, cu121: bool, cu128: bool
+) -> None:
+    assert doctor.has_kernels(capability, ARCHS["cu121"]) is cu121, gpu
+    assert doctor.has_kernels(capability, ARCHS["cu128"]) is cu128, gpu
+    expected = "cu121" if cu121 else "cu128"
+    assert doctor.stack_for(capability) == versions.stack_named(expected)
+
+
+@pytest.mark.parametrize(
+    ("capability", "archs", "ok"),
+    [((8, 9), ("sm_80",), True), ((8, 0), ("sm_86",), False), ((10, 0), ("sm_90",), False),
+     ((10, 0), ("compute_90",), True), ((8, 6), ("compute_90",), False), ((9, 0), ("sm_90a",), True),
+     ((10, 0), ("sm_90a",), False), ((12, 1), ("sm_120",), True), ((3, 7), ARCHS["cu121"], False)],
+)  # fmt: skip
+def test_cuda_binary_and_ptx_compatibility(
+    capability: tuple[int, int], archs: tuple[str, ...], ok: bool
+) -> None:
+    assert doctor.has_kernels(capability, archs) is ok
+
+
+def test_a_blackwell_gpu_on_cu121_fails_in_one_line_naming_cu128() -> None:
+    gpus = (GpuFact(0, "NVIDIA H200", (9, 0)), GpuFact(1, "NVIDIA B200", (10, 0)))
+    check = doctor.check_kernels(healthy(gpus=gpus, cuda_stack="cu121"))
+    assert check.status == FAIL
+    assert "\n" not in check.detail
+    assert check.detail.startswith("GPU 1 (NVIDIA B200, sm_100): stack cu121's torch has kernels for sm_50")
+    assert check.detail.endswith("use stack cu128 (yolo-rig:cu128)")
+    assert "make build STACK=cu128" in check.fix and "570.26" in check.fix
+    assert doctor.exit_code([check]) == 1
+    passing = doctor.check_kernels(healthy(gpus=gpus, cuda_stack="cu128"))
+    assert passing.status == PASS and "sm_100, sm_90" in passing.detail
+
+
+def test_kernels_come_from_the_images_torch_when_it_was_read() -> None:
+    # The table is the fallback; what torch in the image says wins.
+    facts = healthy(gpus=(GpuFact(0, "NVIDIA B200", (10, 0)),), cuda_stack="cu121", arch_flags=("sm_100",))
+    assert doctor.check_kernels(facts).status == PASS
+    old = doctor.check_kernels(healthy(gpus=(GpuFact(0, "Tesla K80", (3, 7)),)))
+    assert old.status == FAIL and "no yolo-rig stack" in old.detail and "cu128: sm_70" in old.fix
+    assert doctor.check_kernels(healthy(gpus=(GpuFact(0, "NVIDIA H200"),))).status == SKIP
 
 
 def test_no_gpu_fails_with_the_container_toolkit_fix() -> None:
@@ -217,7 +291,7 @@ def test_text_report_prints_fixes_only_for_problems_and_json_lists_every_check()
     text = doctor.render_text(checks)
     assert text.count("fix: ") == 2
     assert text.splitlines()[0].startswith("fail  driver")
-    assert text.splitlines()[-1] == "rig doctor: 5 pass, 1 warn, 1 fail, 4 skip"
+    assert text.splitlines()[-1] == "rig doctor: 6 pass, 1 warn, 1 fail, 4 skip"
     data = json.loads(doctor.render_json(checks))
     assert data["ok"] is False
     assert [c["name"] for c in data["checks"]] == [c.name for c in checks]
@@ -264,7 +338,8 @@ def fake_root(tmp_path: Path, *, cap_bnd: str = "000001ffffffffff", memlock: str
 def test_gather_reads_proc_sys_and_nvml_through_the_root(tmp_path: Path) -> None:
     facts = doctor_gather.gather(root=fake_root(tmp_path), environ={}, nvml_module=FakeNvml([FakeGpu()]))
     assert facts.driver_version == "550.54.15"
-    assert facts.gpus == (GpuFact(0, "NVIDIA H200"),)
+    assert facts.gpus == (GpuFact(0, "NVIDIA H200", (9, 0)),)
+    assert facts.cuda_stack == "cu121"  # no RIG_STACK (outside the image): the default
     assert facts.memlock == (8 * MIB, 8 * MIB) and facts.stack == (8 * MIB, -1)
     assert facts.seccomp == 2 and facts.cap_bnd is not None and facts.cap_bnd >> 23 & 1
     assert facts.topology is not None and facts.topology.gpus[0].bus_id == "0000:17:00.0"
