@@ -217,7 +217,7 @@ def _cache_decision(images: int, imgsz: int, nranks: int, budget: int, node_free
     if node_free is not None and one_copy <= node_free:
         # One file in the page cache, mapped by every rank: no per-rank copy, and no 2x margin (it is
         # written image by image, never held twice; under pressure the kernel drops pages, no OOM).
-        need = one_copy
+        need: float = one_copy
         what = (
             f"{images} images at {imgsz} px = {_gib(need)}, one copy per node shared by its {nranks} rank(s) "
             "(node image cache)"
