@@ -102,8 +102,20 @@ def node_cached(base: Any) -> Any:
                 return
             self.ims, self.im_hw0, self.im_hw = self.rig_images, self.rig_images.hw0, self.rig_images.hw
 
+    # Importable by name (module __getattr__), so a dataset pickles to spawn-started loader workers.
     NodeCached.__name__ = NodeCached.__qualname__ = f"NodeCached{base.__name__}"
+    NodeCached.__module__ = __name__
     return NodeCached
+
+
+def __getattr__(name: str) -> Any:
+    """NodeCachedYOLODataset and its siblings, made on first use (unpickling in a spawned worker)."""
+    if name.startswith("NodeCached"):
+        dataset: Any = importlib.import_module("ultralytics.data.dataset")
+        base = getattr(dataset, name.removeprefix("NodeCached"), None)
+        if base is not None:
+            return node_cached(base)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _obtain(ds: Any, base: Any) -> imagecache.Images:
