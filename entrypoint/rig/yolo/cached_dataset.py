@@ -20,6 +20,7 @@ import importlib
 import os
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rig import log
@@ -38,17 +39,28 @@ def _local_rank_zero() -> bool:
 
 def settings(ds: Any) -> dict[str, Any]:
     """What besides the files changes the decoded pixels: part of the key."""
+    return settings_for(ds.imgsz, ds.channels, ds.cv2_flag)
+
+
+def settings_for(imgsz: Any, channels: int, cv2_flag: int | None = None) -> dict[str, Any]:
     cv2: Any = importlib.import_module("cv2")
     ultralytics: Any = importlib.import_module("ultralytics")
-    imgsz = ds.imgsz if isinstance(ds.imgsz, int) else list(ds.imgsz)
+    if cv2_flag is None:  # as BaseDataset picks it
+        cv2_flag = {1: cv2.IMREAD_GRAYSCALE, 3: cv2.IMREAD_COLOR}.get(channels, cv2.IMREAD_UNCHANGED)
     return {
-        "imgsz": imgsz,
-        "channels": ds.channels,
-        "cv2_flag": ds.cv2_flag,
+        "imgsz": imgsz if isinstance(imgsz, int) else list(imgsz),
+        "channels": channels,
+        "cv2_flag": cv2_flag,
         "resize": RESIZE_MODE,
         "ultralytics": ultralytics.__version__,
         "opencv": cv2.__version__,
     }
+
+
+def cache_file(images: list[str], imgsz: int, channels: int = 3) -> Path:
+    """Where the node cache of these images (a dataset's im_files) is, or will be."""
+    key = imagecache.cache_key(imagecache.stamp(images), settings_for(imgsz, channels))
+    return imagecache.cache_dir(os.environ) / f"{key}{imagecache.SUFFIX}"
 
 
 def estimate(ds: Any) -> int:
