@@ -472,7 +472,7 @@ def _cache_bench(data: dict[str, Any], opts: BenchOptions, plan: _Plan) -> cache
         imgsz=opts.imgsz,
         batch=max(opts.batch // ranks, 1),  # as DDP splits it
         workers=opts.workers,
-        batches=plan.loader_batches,
+        batches=plan.loader_batches * ranks,  # each rank loads as many images as the one-loader measure
     )
 
 

@@ -97,11 +97,11 @@ def _rank(job: _Job, rank: int, barrier: Any, results: Any) -> None:
     for _ in range(job.workers + 1):  # worker start-up is not throughput
         next(it)
     barrier.wait(TIMEOUT_S)
-    n, t = 0, time.perf_counter()
+    n, t = 0, time.monotonic()
     for _ in range(job.batches):
         with contextlib.suppress(StopIteration):
             n += int(next(it)["img"].shape[0])
-    results.put(("loader", rank, n / (time.perf_counter() - t)))
+    results.put(("loader", rank, n, t, time.monotonic()))
     with contextlib.suppress(RuntimeError):  # a worker dying at shutdown, after the measurement
         loader.close()
 
@@ -114,7 +114,7 @@ def _phase(job: _Job, ranks: int) -> tuple[float, int, float]:
     for p in procs:
         p.start()
     built: list[tuple[float, float, int]] = []
-    rates: list[float] = []
+    rates: list[tuple[int, float, float]] = []  # images, start, end
     try:
         while len(built) < ranks or len(rates) < ranks:
             try:
@@ -126,7 +126,7 @@ def _phase(job: _Job, ranks: int) -> tuple[float, int, float]:
             if msg[0] == "built":
                 built.append((msg[2], msg[3], msg[4]))
             else:
-                rates.append(msg[2])
+                rates.append((msg[2], msg[3], msg[4]))
         for p in procs:
             p.join(60)
     finally:
@@ -135,7 +135,10 @@ def _phase(job: _Job, ranks: int) -> tuple[float, int, float]:
                 p.kill()
                 p.join()
     wall = max(b[1] for b in built) - min(b[0] for b in built)
-    return wall, sum(b[2] for b in built), sum(rates)
+    # The node's rate: every rank's images over the span from the first start to the last end (a sum
+    # of per-rank rates would count a rank that finishes early, leaving its CPUs to the others, twice).
+    loader = sum(r[0] for r in rates) / (max(r[2] for r in rates) - min(r[1] for r in rates))
+    return wall, sum(b[2] for b in built), loader
 
 
 def run(
