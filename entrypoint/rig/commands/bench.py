@@ -42,6 +42,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         train_images=args.train_images,
         source_size=args.source_size,
         deterministic=args.deterministic,
+        ranks=args.ranks,
     )
     if opts.compile and (note := compile_blocker()):
         _logger.warning("compile: %s", note)
@@ -101,5 +102,12 @@ def register(sub: Any) -> None:
         default=(1280, 720),
         metavar="WxH",
         help="pixel size of the generated images (default 1280x720, camera frames)",
+    )
+    p.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="compare cache=ram with N ranks at once, Ultralytics' copy per rank against the node image "
+        "cache (default: the ranks rig train would start, 2 on a CPU; not with --quick; 0: skip)",
     )
     p.set_defaults(func=cmd_bench)

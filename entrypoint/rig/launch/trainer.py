@@ -24,6 +24,7 @@ from typing import Any
 from rig import log
 from rig.launch import ddp
 from rig.observe import telemetry
+from rig.yolo import cached_dataset
 
 _logger = log.get("trainer")
 # Every way a run is stopped from outside: `docker stop`, Kubernetes and Slurm (TERM), Ctrl-C (INT,
@@ -164,6 +165,11 @@ def rig_trainer_class(base: type) -> type:
                     self.world_size,
                     setup.timeout_s,
                 )
+
+        def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:
+            # cache=ram: one decoded copy per node, mapped by every rank (rig.yolo.cached_dataset).
+            with cached_dataset.in_use(self.args):
+                return super().build_dataset(img_path, mode, batch)
 
         def _setup_train(self) -> Any:
             # Ultralytics' AMP check loads yolo26n.pt and, when it is missing, tries to download it

@@ -11,6 +11,7 @@ It prints a table, writes JSON and names the bottleneck.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import json
@@ -27,9 +28,9 @@ from typing import Any
 
 from rig import log
 from rig.errors import RigError
-from rig.observe import nvml
+from rig.observe import cachebench, nvml
 from rig.observe.telemetry import StepTimer, StepTotals, nvml_run_gpus
-from rig.yolo import datasets, overlay, tuning
+from rig.yolo import cached_dataset, datasets, overlay, tuning
 
 _logger = log.get("bench")
 
@@ -55,6 +56,9 @@ class BenchOptions:
     # Generated images: camera-sized (720p video frames) rather than pre-shrunk to imgsz, so the
     # loader decodes and resizes as it does with most users' data. The cache's gain grows with it.
     source_size: tuple[int, int] = (1280, 720)
+    # cache=ram with this many ranks at once, stock against the node image cache (rig.observe.cachebench);
+    # None: the ranks `rig train` would start (skipped by --quick), 0: not measured.
+    ranks: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,7 @@ class BenchResult:
     amp_used: bool
     compile_used: bool
     compile_note: str | None
+    cache: cachebench.CacheResult | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, default=str) + "\n"
@@ -162,12 +167,16 @@ def settings(
 # Measurements
 
 
-def _dataset(data: dict[str, Any], opts: BenchOptions, cache: Any) -> tuple[Any, float]:
+def _dataset(
+    data: dict[str, Any], opts: BenchOptions, cache: Any, node_cache: bool = False
+) -> tuple[Any, float]:
+    """node_cache: cache=ram in the node image cache, as under `rig train`."""
     get_cfg = _imp("ultralytics.cfg").get_cfg
     build_yolo_dataset = _imp("ultralytics.data").build_yolo_dataset
     cfg = get_cfg(overrides={"imgsz": opts.imgsz, "batch": opts.batch, "cache": cache})
     t0 = time.perf_counter()
-    ds = build_yolo_dataset(cfg, data["train"], opts.batch, data, mode="train", stride=32)
+    with cached_dataset.in_use(cfg) if node_cache else contextlib.nullcontext():
+        ds = build_yolo_dataset(cfg, data["train"], opts.batch, data, mode="train", stride=32)
     return ds, time.perf_counter() - t0
 
 
@@ -402,7 +411,7 @@ def run_bench(opts: BenchOptions) -> BenchResult:
         _logger.info("ours: %s", reason)
 
     stock_ds, _ = _dataset(data, opts, stock["cache"])
-    ours_ds, ours_build_s = _dataset(data, opts, ours["cache"])
+    ours_ds, ours_build_s = _dataset(data, opts, ours["cache"], node_cache=True)
     rates: dict[str, list[float]] = {"stock": [], "ours": []}
     for r in range(plan.rounds):  # alternate so drift (thermal, page cache, neighbours) hits both
         for name, ds, cfg in (("stock", stock_ds, stock), ("ours", ours_ds, ours))[
@@ -413,6 +422,7 @@ def run_bench(opts: BenchOptions) -> BenchResult:
     batch = next(iter(_first_batch(ours_ds, opts)))
     del stock_ds, ours_ds
     gc.collect()
+    cache = _cache_bench(data, opts, plan)
 
     compile_note = compile_blocker() if opts.compile else None
     step = _step_img_s(data, batch, opts, device, plan)
@@ -448,6 +458,21 @@ def run_bench(opts: BenchOptions) -> BenchResult:
         amp_used=opts.amp and device.type == "cuda",
         compile_used=opts.compile and compile_note is None,
         compile_note=compile_note,
+        cache=cache,
+    )
+
+
+def _cache_bench(data: dict[str, Any], opts: BenchOptions, plan: _Plan) -> cachebench.CacheResult | None:
+    ranks = opts.ranks if opts.ranks is not None else (0 if opts.quick else cachebench.default_ranks())
+    if ranks < 1:
+        return None
+    return cachebench.run(
+        data,
+        ranks=ranks,
+        imgsz=opts.imgsz,
+        batch=max(opts.batch // ranks, 1),  # as DDP splits it
+        workers=opts.workers,
+        batches=plan.loader_batches * ranks,  # each rank loads as many images as the one-loader measure
     )
 
 
@@ -468,6 +493,8 @@ def format_table(res: BenchResult) -> str:
         t = res.train
         util = "n/a" if t.gpu_util_mean is None else f"{t.gpu_util_mean:.0f}%"
         rows.append(("real run", f"{t.img_s:.1f}", f"GPU util {util}, data wait {t.data_wait_fraction:.0%}"))
+    if res.cache:
+        rows += cachebench.format_rows(res.cache)
     width = max(len(r[0]) for r in rows)
     lines = [f"{'measure':<{width}}  {'img/s':>8}  notes"]
     lines += [f"{a:<{width}}  {b:>8}  {c}" for a, b, c in rows]

@@ -73,6 +73,10 @@ class DatasetFacts:
     unreadable: tuple[str, ...] = ()
     cache_value: str | None = None  # rig.yolo.tuning's cache decision: "ram" or "False"
     cache_reason: str = ""
+    image_cache_path: str | None = None  # the node image cache's file for these images at --imgsz
+    image_cache_bytes: int = 0  # 0: not built
+    image_cache_resident: int = 0  # of those, in the page cache
+    image_cache_error: str | None = None  # why it could not be looked up
 
 
 @dataclass(frozen=True)
@@ -416,6 +420,28 @@ def check_cache_ram(f: Facts) -> Check:
     )
 
 
+def check_image_cache(f: Facts) -> Check:
+    d = f.dataset
+    if d is None or d.image_cache_path is None:
+        why = d.image_cache_error if d is not None and d.image_cache_error else "no readable dataset (--data)"
+        return Check("image_cache", Status.SKIP, why)
+    if not d.image_cache_bytes:
+        return Check(
+            "image_cache",
+            Status.PASS,
+            f"not built yet at imgsz {f.imgsz}: the first cache=ram run decodes once into "
+            f"{d.image_cache_path}, then every rank and later run maps it",
+        )
+    share = d.image_cache_resident / d.image_cache_bytes
+    state = "warm" if share >= 0.9 else "partly warm" if share > 0 else "cold"
+    return Check(
+        "image_cache",
+        Status.PASS,
+        f"{_size(d.image_cache_bytes)} at {d.image_cache_path}, {state}: {share:.0%} in the page cache "
+        "(a cold file is read from disk once, not decoded again)",
+    )
+
+
 def check_bench(f: Facts) -> Check:
     if not f.bench_requested:
         return Check("bench", Status.SKIP, "loader vs step throughput not measured; run `rig doctor --bench`")
@@ -451,6 +477,7 @@ CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_dataset,
     check_read_speed,
     check_cache_ram,
+    check_image_cache,
     check_bench,
 )
 

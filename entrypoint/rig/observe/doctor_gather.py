@@ -25,7 +25,7 @@ from rig.observe import bench as rig_bench
 from rig.observe.bench import BenchResult
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
 from rig.observe.nvml import describe_error, session
-from rig.yolo import datasets, tuning
+from rig.yolo import cached_dataset, datasets, imagecache, tuning
 
 SAMPLE_FILES = 256
 SAMPLE_BYTES = 256 << 20
@@ -253,7 +253,24 @@ def gather_dataset(
         unreadable=bad,
         cache_value=cache.value if cache else None,
         cache_reason=cache.reason if cache else "",
+        **image_cache_facts(images, imgsz),
     )
+
+
+def image_cache_facts(images: list[Path], imgsz: int) -> dict[str, Any]:
+    """The node image cache's file for these images: where, how big, how much is in the page cache."""
+    try:
+        where = cached_dataset.cache_file([str(p) for p in images], imgsz)
+    except (ImportError, OSError) as e:  # no OpenCV/Ultralytics here, an image gone meanwhile
+        return {"image_cache_error": f"node image cache not looked up ({describe_error(e)})"}
+    index = imagecache.read_index(where)
+    if index is None:
+        return {"image_cache_path": str(where)}
+    return {
+        "image_cache_path": str(where),
+        "image_cache_bytes": where.stat().st_size,
+        "image_cache_resident": imagecache.resident_bytes(where),
+    }
 
 
 # -------------------------------------------------------------------------------------------- bench

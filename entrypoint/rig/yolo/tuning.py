@@ -7,8 +7,10 @@ container really has, and the dataset's size:
 - `workers`: one loader process per CPU bound to the rank (not `os.cpu_count()`, which counts the
   host's CPUs and oversubscribes a pinned rank), capped by what /dev/shm can hold: every worker
   keeps batches in flight there, and a full /dev/shm kills the loader with a bus error.
-- `cache`: `ram` only when every rank's copy of the decoded images, with Ultralytics' own 2x
-  margin, fits in the RAM left after the loaders' /dev/shm; otherwise `False`, with the numbers.
+- `cache`: `ram` when the decoded images fit in the RAM left after the loaders' /dev/shm. With
+  the node image cache (rig.yolo.imagecache: RIG_CACHE_DIR writable, with room) that is one copy
+  per node, however many ranks: the ranks map one file, held in the page cache. Without it, every
+  rank keeps its own copy with Ultralytics' 2x margin. Otherwise `False`, with the numbers.
 
 Discovery reads the world through `sys_root` and `datasets_dir`; `decide` is pure.
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rig import paths
-from rig.yolo import datasets
+from rig.yolo import datasets, imagecache
 
 GIB = 1 << 30
 DEFAULT_IMGSZ = 640
@@ -48,10 +50,12 @@ class Decision:
 
 @dataclass(frozen=True)
 class Resources:
-    """What the container can use, in bytes."""
+    """What the container can use, in bytes. node_cache_free: free space where the node image cache
+    lives, None when it cannot be used (switched off, not writable)."""
 
     mem_available: int
     shm_free: int
+    node_cache_free: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,10 +93,30 @@ def shm_bytes(sys_root: Path = Path("/")) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
-def read_resources(sys_root: Path = Path("/")) -> Resources:
-    """RAM available (the smaller of MemAvailable and the cgroup headroom) and free /dev/shm."""
+def node_cache_free(sys_root: Path = Path("/"), environ: Mapping[str, str] | None = None) -> int | None:
+    """Free bytes where the node image cache goes (its folder, or the nearest existing parent), or
+    None: switched off (RIG_IMAGE_CACHE=off) or not writable."""
+    env = os.environ if environ is None else environ
+    if not imagecache.enabled(env):
+        return None
+    where = sys_root / imagecache.cache_dir(env).relative_to("/")
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not os.access(where, os.W_OK):
+        return None
+    st = os.statvfs(where)
+    return min(st.f_bavail * st.f_frsize, imagecache.max_bytes(env, st.f_blocks * st.f_frsize))
+
+
+def read_resources(sys_root: Path = Path("/"), environ: Mapping[str, str] | None = None) -> Resources:
+    """RAM available (the smaller of MemAvailable and the cgroup headroom), free /dev/shm, and the
+    room for the node image cache."""
     candidates = [v for v in (_meminfo_available(sys_root), _cgroup_headroom(sys_root)) if v is not None]
-    return Resources(mem_available=min(candidates) if candidates else 0, shm_free=shm_bytes(sys_root)[1])
+    return Resources(
+        mem_available=min(candidates) if candidates else 0,
+        shm_free=shm_bytes(sys_root)[1],
+        node_cache_free=node_cache_free(sys_root, environ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,7 +190,16 @@ def decide(
         shm_in_use = workers * shm_per_worker
         budget = resources.mem_available - shm_in_use
         if train_images is None:
-            if nranks == 1:
+            if resources.node_cache_free is not None:
+                out.append(
+                    Decision(
+                        "cache",
+                        "ram",
+                        f"dataset size unknown; one copy per node shared by its {nranks} rank(s) "
+                        "(node image cache, in the page cache: no OOM)",
+                    )
+                )
+            elif nranks == 1:
                 out.append(
                     Decision("cache", "ram", "dataset size unknown; Ultralytics checks its RAM itself")
                 )
@@ -175,19 +208,34 @@ def decide(
                     Decision("cache", "False", f"dataset size unknown, {nranks} ranks would each cache it")
                 )
         else:
-            need = CACHE_RAM_MARGIN * nranks * train_images * 3 * imgsz * imgsz
-            what = f"{train_images} images at {imgsz} px x {nranks} rank(s) x {CACHE_RAM_MARGIN:g} margin"
-            if need <= budget:
-                out.append(Decision("cache", "ram", f"{what} = {_gib(need)} fits in {_gib(budget)} free RAM"))
-            else:
-                out.append(
-                    Decision(
-                        "cache",
-                        "False",
-                        f"{what} = {_gib(need)} exceeds {_gib(budget)} free RAM; images are decoded per step",
-                    )
-                )
+            out.append(_cache_decision(train_images, imgsz, nranks, budget, resources.node_cache_free))
     return out
+
+
+def _cache_decision(images: int, imgsz: int, nranks: int, budget: int, node_free: int | None) -> Decision:
+    one_copy = images * 3 * imgsz * imgsz  # at most: the long side is imgsz
+    if node_free is not None and one_copy <= node_free:
+        # One file in the page cache, mapped by every rank: no per-rank copy, and no 2x margin (it is
+        # written image by image, never held twice; under pressure the kernel drops pages, no OOM).
+        need: float = one_copy
+        what = (
+            f"{images} images at {imgsz} px = {_gib(need)}, one copy per node shared by its {nranks} rank(s) "
+            "(node image cache)"
+        )
+    else:
+        need = CACHE_RAM_MARGIN * nranks * one_copy
+        where = (
+            "node image cache off or its folder not writable"
+            if node_free is None
+            else f"only {_gib(node_free)} for the node image cache"
+        )
+        what = (
+            f"{images} images at {imgsz} px x {nranks} rank(s) x {CACHE_RAM_MARGIN:g} margin = {_gib(need)}, "
+            f"a copy per rank ({where})"
+        )
+    if need <= budget:
+        return Decision("cache", "ram", f"{what} fits in {_gib(budget)} free RAM")
+    return Decision("cache", "False", f"{what} exceeds {_gib(budget)} free RAM; images are decoded per step")
 
 
 def launch_decisions(

@@ -69,6 +69,7 @@ def test_a_healthy_box_passes_everything_it_can_check() -> None:
         "dataset": SKIP,
         "read_speed": SKIP,
         "cache_ram": SKIP,
+        "image_cache": SKIP,
         "bench": SKIP,
     }
     assert doctor.exit_code(checks) == 0
@@ -291,7 +292,7 @@ def test_text_report_prints_fixes_only_for_problems_and_json_lists_every_check()
     text = doctor.render_text(checks)
     assert text.count("fix: ") == 2
     assert text.splitlines()[0].startswith("fail  driver")
-    assert text.splitlines()[-1] == "rig doctor: 6 pass, 1 warn, 1 fail, 4 skip"
+    assert text.splitlines()[-1] == "rig doctor: 6 pass, 1 warn, 1 fail, 5 skip"
     data = json.loads(doctor.render_json(checks))
     assert data["ok"] is False
     assert [c["name"] for c in data["checks"]] == [c.name for c in checks]

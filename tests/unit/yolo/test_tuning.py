@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from rig.yolo.tuning import Decision, Resources, decide, launch_decisions, read_resources
+from rig.yolo.tuning import Decision, Resources, decide, launch_decisions, node_cache_free, read_resources
 
 from tests.helpers.datasets import make_dataset
 
@@ -105,6 +106,37 @@ def test_cache_from_ram(images: int | None, imgsz: str, nranks: int, mem: int, e
     assert got["cache"] == expected_cache
 
 
+# One copy per node with the node image cache: 10,000 images at 640 px are 11.4 GiB.
+NODE_FREE = 500 * GIB
+
+
+@pytest.mark.parametrize(
+    ("images", "nranks", "mem", "node_free", "expected_cache", "said"),
+    [
+        (10_000, 8, 64 * GIB, NODE_FREE, "ram", "one copy per node shared by its 8 rank(s)"),  # was False
+        (10_000, 8, 12 * GIB, NODE_FREE, "ram", "11.4 GiB"),  # no 2x margin, no per-rank copies
+        (10_000, 1, 11 * GIB, NODE_FREE, "False", "exceeds"),  # still has to fit in RAM
+        (118_287, 8, 256 * GIB, NODE_FREE, "ram", "135.4 GiB"),  # COCO train2017 at 640 px, 8 GPUs
+        (118_287, 8, 128 * GIB, NODE_FREE, "False", "exceeds"),
+        (10_000, 8, 64 * GIB, 5 * GIB, "False", "only 5.0 GiB for the node image cache"),  # a copy per rank
+        (10_000, 8, 64 * GIB, None, "False", "node image cache off"),
+        (10_000, 2, 64 * GIB, None, "ram", "a copy per rank"),  # 2 x 2 x 11.4 GiB fits
+        (None, 8, 64 * GIB, NODE_FREE, "ram", "one copy per node"),
+    ],
+)
+def test_cache_with_the_node_image_cache(
+    images: int | None, nranks: int, mem: int, node_free: int | None, expected_cache: str, said: str
+) -> None:
+    resources = Resources(mem_available=mem, shm_free=0, node_cache_free=node_free)
+    (cache,) = [
+        d
+        for d in decide(user_args={}, train_images=images, resources=resources, rank_cpus=2, nranks=nranks)
+        if d.key == "cache"
+    ]
+    assert cache.value == expected_cache
+    assert said in cache.reason, cache.reason
+
+
 def test_shm_in_use_counts_against_ram() -> None:
     # 1000 images at 640 px need 2.3 GiB with margin; 8 workers' batches in shm take 1.8 GiB.
     args = dict(user_args={}, train_images=1000, rank_cpus=8, nranks=1)
@@ -194,7 +226,24 @@ def test_read_resources(
 
 
 def test_read_resources_missing_tree(tmp_path: Path) -> None:
-    assert read_resources(tmp_path) == Resources(mem_available=0, shm_free=0)
+    res = read_resources(tmp_path, environ={})
+    assert (res.mem_available, res.shm_free) == (0, 0)
+    assert res.node_cache_free is not None  # /cache is missing: its nearest parent, tmp_path, is writable
+
+
+def test_node_cache_room(tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()
+    assert node_cache_free(tmp_path, {}) is not None
+    assert node_cache_free(tmp_path, {"RIG_IMAGE_CACHE": "off"}) is None
+    assert node_cache_free(tmp_path, {"RIG_CACHE_MAX_GB": "1"}) == min(
+        1 << 30, node_cache_free(tmp_path, {}) or 0
+    )
+    (tmp_path / "cache").chmod(0o555)
+    try:
+        if not os.access(tmp_path / "cache", os.W_OK):  # root writes anywhere
+            assert node_cache_free(tmp_path, {}) is None
+    finally:
+        (tmp_path / "cache").chmod(0o755)
 
 
 def test_launch_decisions_end_to_end(tmp_path: Path) -> None:

@@ -1,0 +1,187 @@
+"""Ultralytics' datasets with their `cache=ram` images in the node's image cache (rig.yolo.imagecache).
+
+A subclass of the class Ultralytics picks (YOLODataset, YOLOMultiModalDataset) changes two steps
+of its __init__, through BaseDataset's own methods:
+- `check_cache_ram`: instead of sizing a copy for this process against free RAM, obtain the node's
+  cache file (map it, or build it once for every rank); then draw from `random` exactly what
+  Ultralytics' check draws (one index per sampled image), so every later draw (mosaic, the
+  augmentations) is the one stock `cache=ram` makes: same seed, same batches.
+- `cache_images`: the images are views into the mapped file.
+Labels, transforms and mosaic's choice of images (`cache == "ram"`) stay Ultralytics' own. Where
+the cache cannot be used (read-only or full location, over budget): one WARNING, then Ultralytics'
+own `cache=ram`, a copy per rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rig import log
+from rig.yolo import imagecache
+
+_logger = log.get("imagecache")
+RESIZE_MODE = "rect_mode=True,resize_short=False"  # how BaseDataset.cache_images calls load_image
+SAMPLED = 30  # images BaseDataset.check_cache_ram draws at random to size the cache
+_CLASSES = ("YOLODataset", "YOLOMultiModalDataset")  # the names build_yolo_dataset instantiates
+_warned = False
+
+
+def _local_rank_zero() -> bool:
+    return os.environ.get("LOCAL_RANK", "0") in {"0", "-1"}
+
+
+def settings(ds: Any) -> dict[str, Any]:
+    """What besides the files changes the decoded pixels: part of the key."""
+    return settings_for(ds.imgsz, ds.channels, ds.cv2_flag)
+
+
+def settings_for(imgsz: Any, channels: int, cv2_flag: int | None = None) -> dict[str, Any]:
+    cv2: Any = importlib.import_module("cv2")
+    ultralytics: Any = importlib.import_module("ultralytics")
+    if cv2_flag is None:  # as BaseDataset picks it
+        cv2_flag = {1: cv2.IMREAD_GRAYSCALE, 3: cv2.IMREAD_COLOR}.get(channels, cv2.IMREAD_UNCHANGED)
+    return {
+        "imgsz": imgsz if isinstance(imgsz, int) else list(imgsz),
+        "channels": channels,
+        "cv2_flag": cv2_flag,
+        "resize": RESIZE_MODE,
+        "ultralytics": ultralytics.__version__,
+        "opencv": cv2.__version__,
+    }
+
+
+def cache_file(images: list[str], imgsz: int, channels: int = 3) -> Path:
+    """Where the node cache of these images (a dataset's im_files) is, or will be."""
+    key = imagecache.cache_key(imagecache.stamp(images), settings_for(imgsz, channels))
+    return imagecache.cache_dir(os.environ) / f"{key}{imagecache.SUFFIX}"
+
+
+def estimate(ds: Any) -> int:
+    """The file's size from the labels' image sizes (read by Ultralytics' label scan); where they are
+    gone (rect batches pop them), the square upper bound."""
+    size = max(ds.imgsz) if isinstance(ds.imgsz, (tuple, list)) else int(ds.imgsz)
+    total: int = imagecache.DATA_OFFSET + 256 * int(ds.ni)
+    for label in ds.labels:
+        shape = label.get("shape")
+        if shape is None:
+            total += size * size * ds.channels
+        else:
+            h, w = imagecache.resized_shape(int(shape[0]), int(shape[1]), size)
+            total += h * w * ds.channels
+    return total
+
+
+def _warn_once(why: str) -> None:
+    global _warned
+    if not _warned and _local_rank_zero():
+        _logger.warning(
+            "the node image cache is not used (%s): Ultralytics' own cache=ram, a copy per rank", why
+        )
+    _warned = True
+
+
+@functools.cache
+def node_cached(base: Any) -> Any:
+    """base with its cache=ram images in the node's cache file; base itself when it loads or caches
+    images its own way (then the file would not hold what it loads)."""
+    core: Any = importlib.import_module("ultralytics.data.base").BaseDataset
+    if base.load_image is not core.load_image or base.cache_images is not core.cache_images:
+        return base
+
+    class NodeCached(base):  # type: ignore[misc]
+        rig_images: imagecache.Images | None = None
+
+        def check_cache_ram(self, safety_margin: float = 1.0) -> bool:
+            try:
+                self.rig_images = _obtain(self, base)
+            except imagecache.Unavailable as e:
+                _warn_once(str(e))
+                return bool(super().check_cache_ram(safety_margin))
+            for _ in range(min(self.ni, SAMPLED)):
+                random.randrange(self.ni)
+            return True
+
+        def cache_images(self) -> None:
+            if self.cache != "ram" or self.rig_images is None:
+                super().cache_images()
+                return
+            self.ims, self.im_hw0, self.im_hw = self.rig_images, self.rig_images.hw0, self.rig_images.hw
+
+    # Importable by name (module __getattr__), so a dataset pickles to spawn-started loader workers.
+    NodeCached.__name__ = NodeCached.__qualname__ = f"NodeCached{base.__name__}"
+    NodeCached.__module__ = __name__
+    return NodeCached
+
+
+def __getattr__(name: str) -> Any:
+    """NodeCachedYOLODataset and its siblings, made on first use (unpickling in a spawned worker)."""
+    if name.startswith("NodeCached"):
+        dataset: Any = importlib.import_module("ultralytics.data.dataset")
+        base = getattr(dataset, name.removeprefix("NodeCached"), None)
+        if base is not None:
+            return node_cached(base)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _obtain(ds: Any, base: Any) -> imagecache.Images:
+    np: Any = importlib.import_module("numpy")
+
+    def decode(i: int) -> imagecache.Decoded:
+        im, hw0, _ = base.load_image(ds, i)  # Ultralytics' decode and resize, nothing else
+        im = np.ascontiguousarray(im)
+        return imagecache.Decoded(im, tuple(im.shape), im.dtype.str, (int(hw0[0]), int(hw0[1])))
+
+    key = imagecache.cache_key(imagecache.stamp(ds.im_files), settings(ds))
+    got = imagecache.obtain(
+        imagecache.cache_dir(os.environ),
+        key,
+        list(ds.im_files),
+        decode,
+        estimate=estimate(ds),
+        threads=len(imagecache._node_cpus()),
+        environ=os.environ,
+    )
+    if _local_rank_zero() or got.built:
+        size = got.index.data_bytes / imagecache.GIB
+        how = "decoded into" if got.built else "mapped"
+        _logger.info(
+            "%d images (%.2f GiB) %s %s in %.1f s: one copy for every rank of this node",
+            len(got.index.records),
+            size,
+            how,
+            got.path,
+            got.seconds,
+        )
+    return imagecache.Images(got.path, got.index, ds.im_files)
+
+
+def wanted(cfg: Any) -> bool:
+    """cfg asks for cache=ram (True or 'ram') and RIG_IMAGE_CACHE is not off."""
+    value = getattr(cfg, "cache", None)
+    ram = value is True or (isinstance(value, str) and value.lower() in {"ram", "true"})
+    return ram and imagecache.enabled(os.environ)
+
+
+@contextlib.contextmanager
+def in_use(cfg: Any) -> Iterator[None]:
+    """While Ultralytics builds datasets (its build_yolo_dataset), the classes it instantiates are the
+    node-cached ones, when cfg asks for cache=ram."""
+    if not wanted(cfg):
+        yield
+        return
+    build: Any = importlib.import_module("ultralytics.data.build")
+    kept = {name: getattr(build, name) for name in _CLASSES}
+    for name, cls in kept.items():
+        setattr(build, name, node_cached(cls))
+    try:
+        yield
+    finally:
+        for name, cls in kept.items():
+            setattr(build, name, cls)

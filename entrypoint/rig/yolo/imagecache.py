@@ -1,0 +1,491 @@
+"""One decoded-image cache per node: one file, mapped by every rank and every loader worker.
+
+Ultralytics' `cache=ram` decodes the dataset in every DDP rank and keeps each copy in anonymous
+memory (8 GPUs: 8 copies, 8x the decoding, a host OOM). Here the images, decoded and resized by
+Ultralytics' own `load_image`, go once into a file in RIG_CACHE_DIR; every process maps it, so the
+node holds one copy in the page cache, which the kernel can drop under pressure instead of killing
+the job, and the next run with the same images maps it again instead of decoding.
+
+The file (`KEY.img`, everything little-endian):
+  header   HEADER at offset 0, padded to DATA_OFFSET: magic, version, image count, where the index
+           starts and how long it is, the file's size. Written last, so a file without a valid
+           header was never finished.
+  pixels   each image's bytes, C order, one after the other.
+  index    one RECORD per image (offset, bytes, shape, dtype, original height and width), then the
+           image paths as JSON: a dataset maps its own order onto the file by path.
+
+Build protocol: an existing valid file is mapped at once. Otherwise the first process takes an
+flock on `KEY.lock`, builds into `KEY.PID.tmp` and renames it to `KEY.img`; the others wait on the
+lock, then find the file. A build killed half-way leaves only a `.tmp`, which is never read and is
+removed by the next build of that key (or by pruning once it has not changed for TMP_STALE_S).
+
+Pure parts (the key, the header and index, the prune plan, the resize arithmetic) take and return
+plain values; numpy is imported only to hand out images.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import hashlib
+import json
+import math
+import mmap
+import os
+import struct
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing.pool import ThreadPool
+from pathlib import Path
+from typing import Any
+
+from rig import flags, paths
+
+MAGIC = b"RIGIMG\x00\x01"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQQQQ")  # magic, version, reserved, count, index offset, index size, file size
+DATA_OFFSET = 4096  # pixels start page-aligned
+RECORD = struct.Struct("<QQIII8sII")  # offset, nbytes, h, w, c, dtype str, h0, w0
+SUFFIX = ".img"
+SUBDIR = "images"  # under RIG_CACHE_DIR, beside torch.compile's caches
+TMP_STALE_S = 600  # a .tmp unchanged this long belongs to a dead build
+DEFAULT_MAX_FRACTION = 0.5  # of the cache file system, when RIG_CACHE_MAX_GB is not set
+DEFAULT_MAX_AGE_DAYS = 30.0
+FREE_RESERVE = 1 << 30  # never fill the cache file system to the last GiB
+GIB = 1 << 30
+SWITCH = "RIG_IMAGE_CACHE"  # off: Ultralytics' own cache=ram, a copy per rank
+
+
+class Unavailable(Exception):
+    """The node cache cannot be used here (read-only, full, over budget); the message says why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings and the key (pure)
+
+
+def enabled(environ: Mapping[str, str]) -> bool:
+    return flags.switched_on(environ, SWITCH)
+
+
+def cache_dir(environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("RIG_CACHE_DIR") or paths.CACHE) / SUBDIR
+
+
+def max_bytes(environ: Mapping[str, str], fs_total: int) -> int:
+    """RIG_CACHE_MAX_GB (GiB), else DEFAULT_MAX_FRACTION of the cache's file system."""
+    raw = environ.get("RIG_CACHE_MAX_GB", "").strip()
+    if raw:
+        try:
+            return max(int(float(raw) * GIB), 0)
+        except ValueError:
+            pass
+    return int(fs_total * DEFAULT_MAX_FRACTION)
+
+
+def max_age_s(environ: Mapping[str, str]) -> float:
+    raw = environ.get("RIG_CACHE_MAX_AGE_DAYS", "").strip()
+    try:
+        return float(raw) * 86400 if raw else DEFAULT_MAX_AGE_DAYS * 86400
+    except ValueError:
+        return DEFAULT_MAX_AGE_DAYS * 86400
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    path: str
+    size: int
+    mtime_ns: int
+
+
+def stamp(files: Iterable[str]) -> list[FileStamp]:
+    """Each image file's size and modification time: a changed image changes the key."""
+    out = []
+    for f in files:
+        st = os.stat(f)
+        out.append(FileStamp(f, st.st_size, st.st_mtime_ns))
+    return out
+
+
+def cache_key(files: Sequence[FileStamp], settings: Mapping[str, Any]) -> str:
+    """Everything that changes the decoded pixels: the files (path, size, mtime; in any order) and the
+    settings (imgsz, channels, resize mode, the Ultralytics and OpenCV versions), with the format."""
+    doc = {
+        "format": VERSION,
+        "settings": {k: settings[k] for k in sorted(settings)},
+        "files": sorted((f.path, f.size, f.mtime_ns) for f in files),
+    }
+    return hashlib.sha256(json.dumps(doc, separators=(",", ":"), default=str).encode()).hexdigest()[:32]
+
+
+def resized_shape(h0: int, w0: int, imgsz: int) -> tuple[int, int]:
+    """The (h, w) Ultralytics' load_image gives an image in its cache (rect_mode: long side to imgsz)."""
+    r = imgsz / max(h0, w0)
+    if r == 1:
+        return h0, w0
+    return min(math.ceil(h0 * r), imgsz), min(math.ceil(w0 * r), imgsz)
+
+
+# ---------------------------------------------------------------------------------------------
+# Header and index (pure)
+
+
+@dataclass(frozen=True)
+class Record:
+    offset: int
+    nbytes: int
+    shape: tuple[int, ...]  # (h, w, c)
+    dtype: str  # numpy's dtype.str, e.g. "|u1"
+    hw0: tuple[int, int]  # the original (h, w)
+
+    @property
+    def hw(self) -> tuple[int, int]:
+        return self.shape[0], self.shape[1]
+
+
+@dataclass(frozen=True)
+class Index:
+    records: tuple[Record, ...]
+    paths: tuple[str, ...]
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(r.nbytes for r in self.records)
+
+
+def pack_header(count: int, index_offset: int, index_size: int) -> bytes:
+    return HEADER.pack(MAGIC, VERSION, 0, count, index_offset, index_size, index_offset + index_size)
+
+
+def pack_index(index: Index) -> bytes:
+    parts = [RECORD.pack(r.offset, r.nbytes, *r.shape, r.dtype.encode(), *r.hw0) for r in index.records]
+    return b"".join(parts) + json.dumps(list(index.paths)).encode()
+
+
+def unpack(header: bytes, index_bytes: Callable[[int, int], bytes], file_size: int) -> Index | None:
+    """The index of a finished file, or None: not ours, another format version, a size that does
+    not match (truncated, or never finished), a broken index."""
+    if len(header) < HEADER.size:
+        return None
+    magic, version, _, count, index_offset, index_size, size = HEADER.unpack_from(header)
+    if magic != MAGIC or version != VERSION or size != file_size or index_offset + index_size != size:
+        return None
+    if index_offset < DATA_OFFSET or count * RECORD.size > index_size:
+        return None
+    raw = index_bytes(index_offset, index_size)
+    records = []
+    for i in range(count):
+        off, nbytes, h, w, c, dtype, h0, w0 = RECORD.unpack_from(raw, i * RECORD.size)
+        if off < DATA_OFFSET or off + nbytes > index_offset:
+            return None
+        records.append(Record(off, nbytes, (h, w, c), dtype.rstrip(b"\0").decode(), (h0, w0)))
+    try:
+        names = json.loads(raw[count * RECORD.size :])
+    except ValueError:
+        return None
+    if not isinstance(names, list) or len(names) != count:
+        return None
+    return Index(tuple(records), tuple(str(n) for n in names))
+
+
+def read_index(path: Path) -> Index | None:
+    """The index of a finished cache file; None for anything else (partial, stale format, missing)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+
+            def at(offset: int, n: int) -> bytes:
+                f.seek(offset)
+                return f.read(n)
+
+            return unpack(f.read(HEADER.size), at, size)
+    except (OSError, struct.error, UnicodeDecodeError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Prune (the plan is pure)
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    size: int
+    last_used: float  # the file's mtime: set at build, touched on every use
+
+
+def prune_plan(
+    entries: Sequence[Entry], *, now: float, budget: int, incoming: int, max_age: float, keep: str = ""
+) -> list[str]:
+    """What to delete: entries unused for max_age, then the least recently used until what stays plus
+    `incoming` fits the budget. `keep` (the entry being used) is never deleted."""
+    doomed = [e.name for e in entries if e.name != keep and now - e.last_used > max_age]
+    left = sorted((e for e in entries if e.name not in doomed), key=lambda e: e.last_used)
+    total = sum(e.size for e in left) + incoming
+    for e in left:
+        if total <= budget:
+            break
+        if e.name == keep:
+            continue
+        doomed.append(e.name)
+        total -= e.size
+    return doomed
+
+
+def entries(directory: Path) -> list[Entry]:
+    out = []
+    for p in directory.glob(f"*{SUFFIX}"):
+        with contextlib.suppress(OSError):
+            st = p.stat()
+            out.append(Entry(p.name, st.st_blocks * 512, st.st_mtime))
+    return out
+
+
+def prune(directory: Path, environ: Mapping[str, str], incoming: int = 0, keep: str = "") -> list[str]:
+    """Delete old entries and dead builds' temporary files; returns the names deleted. A mapped file
+    that is deleted stays readable to whoever maps it until they let go."""
+    now = time.time()
+    try:
+        fs = os.statvfs(directory)
+    except OSError:
+        return []
+    budget = max_bytes(environ, fs.f_blocks * fs.f_frsize)
+    doomed = prune_plan(
+        entries(directory), now=now, budget=budget, incoming=incoming, max_age=max_age_s(environ), keep=keep
+    )
+    for p in directory.glob("*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - p.stat().st_mtime > TMP_STALE_S:
+                doomed.append(p.name)
+    removed = []
+    for name in doomed:
+        with contextlib.suppress(OSError):
+            (directory / name).unlink()
+            removed.append(name)
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# Build and map
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One image as the builder writes it: its bytes (C order), shape, numpy dtype str, original size."""
+
+    data: Any  # anything with the buffer protocol
+    shape: tuple[int, ...]
+    dtype: str
+    hw0: tuple[int, int]
+
+
+def _node_cpus() -> set[int]:
+    """The CPUs this container may use. A rank is bound to its share; while it builds, the other
+    ranks wait for the file, so the build uses all of them."""
+    for f in ("/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"):
+        with contextlib.suppress(OSError, ValueError):
+            cpus: set[int] = set()
+            for part in Path(f).read_text().strip().split(","):
+                lo, _, hi = part.partition("-")
+                cpus.update(range(int(lo), int(hi or lo) + 1))
+            if cpus:
+                return cpus
+    return set(os.sched_getaffinity(0))
+
+
+def _widen_thread() -> None:
+    with contextlib.suppress(OSError):
+        os.sched_setaffinity(0, _node_cpus())  # pid 0: this thread alone
+
+
+def write(path: Path, names: Sequence[str], decode: Callable[[int], Decoded], threads: int) -> Index:
+    """Decode every image (in `threads` threads, in order) into a new cache file at path."""
+    records: list[Record] = []
+    with open(path, "wb") as f, ThreadPool(max(threads, 1), initializer=_widen_thread) as pool:
+        f.write(b"\0" * DATA_OFFSET)  # the header goes here last
+        offset = DATA_OFFSET
+        for im in pool.imap(decode, range(len(names))):
+            view = memoryview(im.data).cast("B")
+            f.write(view)
+            shape = tuple(im.shape) + (1,) * (3 - len(im.shape))
+            records.append(Record(offset, view.nbytes, shape, im.dtype, im.hw0))
+            offset += view.nbytes
+        index = Index(tuple(records), tuple(names))
+        raw = pack_index(index)
+        f.write(raw)
+        f.seek(0)
+        f.write(pack_header(len(records), offset, len(raw)))
+    return index
+
+
+def _lock(path: Path) -> int:
+    """An open descriptor holding an exclusive flock on path: closing it releases the lock, and so
+    does the death of its process, so a killed builder never blocks the next one."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o664)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits while another process builds this key
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@dataclass(frozen=True)
+class Obtained:
+    path: Path
+    index: Index
+    built: bool  # this process built it (False: it was there, or another process built it)
+    seconds: float
+
+
+def obtain(
+    directory: Path,
+    key: str,
+    names: Sequence[str],
+    decode: Callable[[int], Decoded],
+    *,
+    estimate: int,
+    threads: int,
+    environ: Mapping[str, str],
+) -> Obtained:
+    """The cache file for key: mapped as it is, or built once (see the module's build protocol).
+    Raises Unavailable when the location is read-only, full or the entry is over the budget."""
+    t0 = time.perf_counter()
+    final = directory / f"{key}{SUFFIX}"
+    found = _valid(final)
+    if found is not None:
+        return Obtained(final, found, False, time.perf_counter() - t0)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = _lock(directory / f"{key}.lock")
+    except OSError as e:
+        raise Unavailable(f"{directory} is not usable ({e.strerror or e})") from None
+    try:
+        found = _valid(final)  # built by the process that held the lock
+        if found is not None:
+            return Obtained(final, found, False, time.perf_counter() - t0)
+        for old in directory.glob(f"{key}.*.tmp"):  # a build killed half-way; we hold its lock
+            with contextlib.suppress(OSError):
+                old.unlink()
+        prune(directory, environ, incoming=estimate)
+        fs = os.statvfs(directory)
+        free = fs.f_bavail * fs.f_frsize
+        budget = max_bytes(environ, fs.f_blocks * fs.f_frsize)
+        if estimate > budget:
+            raise Unavailable(
+                f"the images need {estimate / GIB:.1f} GiB, over the cache budget of {budget / GIB:.1f} GiB "
+                f"in {directory} (RIG_CACHE_MAX_GB)"
+            )
+        if estimate + FREE_RESERVE > free:
+            need, have = estimate / GIB, free / GIB
+            raise Unavailable(f"the images need {need:.1f} GiB, {directory} has {have:.1f} GiB free")
+        tmp = directory / f"{key}.{os.getpid()}.tmp"
+        try:
+            index = write(tmp, names, decode, threads)
+            os.replace(tmp, final)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+                raise Unavailable(f"writing to {directory} failed ({e.strerror})") from None
+            raise
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        return Obtained(final, index, True, time.perf_counter() - t0)
+    finally:
+        os.close(lock)
+
+
+def _valid(path: Path) -> Index | None:
+    """A finished file's index (its use time touched, for pruning); a broken one is removed."""
+    if not path.exists():
+        return None
+    index = read_index(path)
+    if index is None:
+        with contextlib.suppress(OSError):
+            path.unlink()  # truncated or another format: never used, rebuilt
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)
+    return index
+
+
+class Images:
+    """A dataset's images, in the dataset's order, as views into the mapped file.
+
+    Copy-on-write (MAP_PRIVATE): pages are the page cache's, shared by every process; an in-place
+    change by an augmentation would stay in that process, as with Ultralytics' own buffer. Fork
+    workers inherit the mapping; pickling (spawn workers) sends the path and reopens it."""
+
+    def __init__(self, path: Path, index: Index, order: Sequence[str]) -> None:
+        position = {p: i for i, p in enumerate(index.paths)}
+        self.path = path
+        self.records = [index.records[position[p]] for p in order]
+        self._map: Any = None
+
+    def _buffer(self) -> Any:
+        if self._map is None:
+            np = __import__("numpy")
+            self._map = np.memmap(self.path, dtype="uint8", mode="c")
+        return self._map
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: int) -> Any:
+        r = self.records[i]
+        return self._buffer()[r.offset : r.offset + r.nbytes].view(r.dtype).reshape(r.shape)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_map": None}
+
+    @property
+    def hw0(self) -> list[tuple[int, int]]:
+        return [r.hw0 for r in self.records]
+
+    @property
+    def hw(self) -> list[tuple[int, int]]:
+        return [r.hw for r in self.records]
+
+
+# ---------------------------------------------------------------------------------------------
+# Residency: how much of a file the page cache holds (rig doctor, rig bench)
+
+_PROT_READ, _MAP_SHARED = 0x1, 0x01
+
+
+def resident_bytes(path: Path) -> int:
+    """Bytes of the file in the page cache (mincore(2) over a fresh mapping); 0 when unknown."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    size_t, c_int = ctypes.c_size_t, ctypes.c_int
+    libc.mmap.argtypes = [ctypes.c_void_p, size_t, c_int, c_int, c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return 0
+        addr = libc.mmap(None, size, _PROT_READ, _MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            return 0
+        try:
+            pages = -(-size // mmap.PAGESIZE)
+            vec = (ctypes.c_ubyte * pages)()
+            if libc.mincore(addr, size, vec) != 0:
+                return 0
+            return min(sum(b & 1 for b in vec) * mmap.PAGESIZE, size)
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)

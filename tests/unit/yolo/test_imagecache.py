@@ -1,0 +1,237 @@
+"""The node image cache's pure parts and its file protocol, with stand-in images (bytes, no numpy)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+from rig.yolo import imagecache
+from rig.yolo.imagecache import Decoded, Entry, FileStamp, Unavailable
+
+SETTINGS = {"imgsz": 640, "channels": 3, "resize": "rect", "ultralytics": "8.4.190", "opencv": "4.10"}
+FILES = [FileStamp("/d/a.jpg", 100, 1), FileStamp("/d/b.jpg", 200, 2)]
+
+
+def fake_decode(i: int) -> Decoded:
+    """Image i: (i+1) x 2 pixels of 3 channels, every byte i."""
+    return Decoded(bytes([i]) * ((i + 1) * 2 * 3), (i + 1, 2, 3), "|u1", (10 * (i + 1), 20))
+
+
+def obtain(
+    directory: Path, n: int = 3, decode=fake_decode, environ=None, key: str = "k"
+) -> imagecache.Obtained:  # type: ignore[no-untyped-def]
+    names = [f"/d/{i}.jpg" for i in range(n)]
+    return imagecache.obtain(directory, key, names, decode, estimate=1000, threads=2, environ=environ or {})
+
+
+# ---------------------------------------------------------------------------------------------- key
+
+
+def test_key_is_stable_and_ignores_file_order() -> None:
+    assert imagecache.cache_key(FILES, SETTINGS) == imagecache.cache_key(FILES[::-1], dict(SETTINGS))
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        [FileStamp("/d/a.jpg", 100, 9), FILES[1]],  # an image rewritten (mtime)
+        [FileStamp("/d/a.jpg", 101, 1), FILES[1]],  # ... or resized
+        [FILES[0]],  # an image removed
+        [*FILES, FileStamp("/d/c.jpg", 1, 1)],  # an image added
+    ],
+)
+def test_key_follows_the_files(changed: list[FileStamp]) -> None:
+    assert imagecache.cache_key(changed, SETTINGS) != imagecache.cache_key(FILES, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [("imgsz", 320), ("channels", 1), ("ultralytics", "8.4.191"), ("opencv", "4.11"), ("resize", "x")],
+)
+def test_key_follows_the_settings(setting: tuple[str, object]) -> None:
+    other = {**SETTINGS, setting[0]: setting[1]}
+    assert imagecache.cache_key(FILES, other) != imagecache.cache_key(FILES, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("h0", "w0", "imgsz", "expected"),
+    [
+        (720, 1280, 640, (360, 640)),  # camera frames: long side to imgsz
+        (1280, 720, 640, (640, 360)),
+        (640, 640, 640, (640, 640)),  # already there: untouched
+        (50, 100, 640, (320, 640)),  # small images grow
+        (333, 1000, 640, (214, 640)),  # rounded up, as Ultralytics' math.ceil
+    ],
+)
+def test_resized_shape_is_load_images(h0: int, w0: int, imgsz: int, expected: tuple[int, int]) -> None:
+    assert imagecache.resized_shape(h0, w0, imgsz) == expected
+
+
+# --------------------------------------------------------------------------------- header and index
+
+
+def test_written_file_reads_back(tmp_path: Path) -> None:
+    got = obtain(tmp_path)
+    index = imagecache.read_index(got.path)
+    assert index == got.index
+    assert index is not None and index.paths == ("/d/0.jpg", "/d/1.jpg", "/d/2.jpg")
+    assert [r.shape for r in index.records] == [(1, 2, 3), (2, 2, 3), (3, 2, 3)]
+    assert [r.hw0 for r in index.records] == [(10, 20), (20, 20), (30, 20)]
+    raw = got.path.read_bytes()
+    assert index.records[0].offset == imagecache.DATA_OFFSET  # pixels page-aligned
+    for i, r in enumerate(index.records):
+        assert raw[r.offset : r.offset + r.nbytes] == bytes([i]) * r.nbytes
+
+
+@pytest.mark.parametrize("cut", [1, 100, imagecache.DATA_OFFSET + 5])
+def test_a_truncated_file_is_not_a_cache(tmp_path: Path, cut: int) -> None:
+    got = obtain(tmp_path)
+    raw = got.path.read_bytes()
+    got.path.write_bytes(raw[:-cut])
+    assert imagecache.read_index(got.path) is None
+
+
+def test_another_format_is_not_a_cache(tmp_path: Path) -> None:
+    got = obtain(tmp_path)
+    raw = bytearray(got.path.read_bytes())
+    raw[8] = imagecache.VERSION + 1  # the version field
+    got.path.write_bytes(bytes(raw))
+    assert imagecache.read_index(got.path) is None
+    (tmp_path / "zeros.img").write_bytes(bytes(8192))  # a build that never wrote its header
+    assert imagecache.read_index(tmp_path / "zeros.img") is None
+
+
+# --------------------------------------------------------------------------------------- protocol
+
+
+def test_built_once_then_mapped(tmp_path: Path) -> None:
+    first, second = obtain(tmp_path), obtain(tmp_path)
+    assert first.built and not second.built and first.path == second.path
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.img", "k.lock"]
+
+
+def test_a_partial_file_is_rebuilt_and_a_dead_builds_tmp_removed(tmp_path: Path) -> None:
+    good = obtain(tmp_path).path.read_bytes()
+    (tmp_path / "k.img").write_bytes(good[: len(good) // 2])  # e.g. a copy cut short
+    (tmp_path / "k.12345.tmp").write_bytes(b"half a build")  # a builder killed half-way
+    again = obtain(tmp_path)
+    assert again.built and again.path.read_bytes() == good
+    assert not (tmp_path / "k.12345.tmp").exists()
+
+
+def test_an_unusable_location_is_unavailable(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(Unavailable, match="not usable"):
+        obtain(tmp_path / "file" / "images")
+
+
+def test_over_budget_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(Unavailable, match="RIG_CACHE_MAX_GB"):
+        obtain(tmp_path, environ={"RIG_CACHE_MAX_GB": "0"})
+    assert list(tmp_path.glob("*.img")) == []
+
+
+def test_a_failing_decode_leaves_nothing(tmp_path: Path) -> None:
+    def broken(i: int) -> Decoded:
+        if i == 2:
+            raise FileNotFoundError("Image Not Found /d/2.jpg")
+        return fake_decode(i)
+
+    with pytest.raises(FileNotFoundError):
+        obtain(tmp_path, decode=broken)
+    assert list(tmp_path.glob("*.img")) == [] and list(tmp_path.glob("*.tmp")) == []
+
+
+def _race(directory: str, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    def slow(i: int) -> Decoded:
+        time.sleep(0.05)
+        return fake_decode(i)
+
+    queue.put(obtain(Path(directory), n=6, decode=slow).built)
+
+
+def test_concurrent_processes_build_once(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(str(tmp_path), queue)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    built = sorted(queue.get(timeout=30) for _ in procs)
+    for p in procs:
+        p.join(10)
+    assert built == [False, False, True]
+
+
+def test_resident_bytes_of_a_fresh_file(tmp_path: Path) -> None:
+    path = obtain(tmp_path).path
+    assert 0 < imagecache.resident_bytes(path) <= path.stat().st_size
+    assert imagecache.resident_bytes(tmp_path / "missing.img") == 0
+
+
+# ------------------------------------------------------------------------------------------ prune
+
+GIB = 1 << 30
+NOW = 1_000_000.0
+DAY = 86400.0
+
+
+@pytest.mark.parametrize(
+    ("entries", "budget", "incoming", "keep", "expected"),
+    [
+        ([Entry("a", GIB, NOW)], 10 * GIB, GIB, "", []),  # room: nothing goes
+        (
+            [Entry("old", GIB, NOW - 31 * DAY), Entry("new", GIB, NOW)],
+            10 * GIB,
+            0,
+            "",
+            ["old"],
+        ),  # unused 31 days
+        # over budget: least recently used first, until the new one fits
+        (
+            [Entry("a", 4 * GIB, NOW - 3), Entry("b", 4 * GIB, NOW - 1), Entry("c", 4 * GIB, NOW - 2)],
+            10 * GIB,
+            3 * GIB,
+            "",
+            ["a", "c"],
+        ),
+        (
+            [Entry("a", 8 * GIB, NOW - 9), Entry("b", 4 * GIB, NOW)],
+            10 * GIB,
+            0,
+            "a",
+            ["b"],
+        ),  # never the one in use
+        ([Entry("a", 8 * GIB, NOW - 40 * DAY)], 10 * GIB, 0, "a", []),
+    ],
+)
+def test_prune_plan(entries: list[Entry], budget: int, incoming: int, keep: str, expected: list[str]) -> None:
+    got = imagecache.prune_plan(
+        entries, now=NOW, budget=budget, incoming=incoming, max_age=30 * DAY, keep=keep
+    )
+    assert got == expected
+
+
+def test_prune_removes_dead_tmp_files_only(tmp_path: Path) -> None:
+    (tmp_path / "x.1.tmp").write_bytes(b"dead")
+    (tmp_path / "y.2.tmp").write_bytes(b"building")
+    old = time.time() - imagecache.TMP_STALE_S - 5
+    os.utime(tmp_path / "x.1.tmp", (old, old))
+    assert imagecache.prune(tmp_path, {}) == ["x.1.tmp"]
+    assert (tmp_path / "y.2.tmp").exists()
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [({}, 50 * GIB), ({"RIG_CACHE_MAX_GB": "20"}, 20 * GIB), ({"RIG_CACHE_MAX_GB": "x"}, 50 * GIB)],
+)
+def test_budget(environ: dict[str, str], expected: int) -> None:
+    assert imagecache.max_bytes(environ, 100 * GIB) == expected
+
+
+def test_location_and_switch() -> None:
+    assert imagecache.cache_dir({}) == Path("/cache/images")
+    assert imagecache.cache_dir({"RIG_CACHE_DIR": "/scratch"}) == Path("/scratch/images")
+    assert imagecache.enabled({}) and not imagecache.enabled({"RIG_IMAGE_CACHE": "off"})
