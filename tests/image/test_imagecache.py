@@ -93,3 +93,21 @@ def test_a_read_only_location_falls_back_with_one_warning(containers: Containers
     )
     warnings = [line for line in logs.splitlines() if line.startswith("WARNING imagecache")]
     assert len(warnings) == 1 and "Ultralytics' own cache=ram" in warnings[0], warnings
+
+
+def test_rig_train_builds_the_node_cache_once_and_the_next_run_maps_it(containers: Containers) -> None:
+    # Through the real trainer (RigTrainer.build_dataset), twice on the same data: decoded, then mapped.
+    args = (
+        "rig train device=cpu data=/tmp/demo/data.yaml model=yolo11n.yaml imgsz=64 batch=4 epochs=1 "
+        "workers=0 cache=ram plots=False project=/tmp/runs"
+    )
+    script = (
+        "rig demo-data /tmp/demo --train 16 --val 4 --imgsz 128 >/dev/null && "
+        f"{args} name=a 2>&1 | grep 'INFO imagecache' && {args} name=b 2>&1 | grep 'INFO imagecache'"
+    )
+    rc, out = containers.oneshot(["bash", "-c", script], timeout=600)
+    assert rc == 0, out
+    lines = [line for line in out.splitlines() if line.startswith("INFO imagecache: 16 images")]
+    assert len(lines) == 2, out
+    assert " decoded into /cache/images/" in lines[0] and " mapped /cache/images/" in lines[1], out
+    assert lines[0].split("/cache/images/")[1].split()[0] == lines[1].split("/cache/images/")[1].split()[0]
