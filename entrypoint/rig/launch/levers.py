@@ -16,11 +16,12 @@ from typing import Any
 SYNC_BN_ENV = "RIG_SYNC_BN"  # read by the trainer: "1" converts the model's BatchNorm layers
 
 # Measured in the image on the 2-CPU CI box (BENCHMARKS.md, "torch.compile"): a one-epoch run of
-# YOLO11n at 64 px on 16 images took 5.9 s eager, 323 s compiled with an empty cache.
+# YOLO11n at 64 px on 16 images took 5.9 s eager, 323 s compiled with an empty cache, 50 s with the
+# cache volume of a first run.
 CPU_COMPILE_WARNING = (
-    "compile={value} on the CPU: measured 55x slower for a tiny run on this image's CPU path (inductor "
-    "builds C++ kernels for minutes before the first batch, and CPU kernels gain little); going on "
-    "compiled; compile=False trains sooner"
+    "compile={value} on the CPU: measured 55x slower for a tiny run on this image's CPU path (8x once "
+    "the cache volume holds its kernels): inductor builds C++ kernels for minutes before the first "
+    "batch, and they gain little on a CPU; going on compiled; compile=False trains sooner"
 )
 
 

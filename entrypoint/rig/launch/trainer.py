@@ -230,8 +230,8 @@ def _use_sync_batchnorm(trainer: Any) -> None:
     trainer.add_callback("on_pretrain_routine_end", _ema_with_plain_batchnorm)
     if _rank() == 0:
         _logger.info(
-            "sync_bn: %d BatchNorm layers synchronised over the %d ranks (an all-reduce each, every "
-            "step); checkpoints keep plain BatchNorm2d",
+            "sync_bn: %d BatchNorm layers synchronised over the %d ranks (two small collectives each, "
+            "every step); checkpoints keep plain BatchNorm2d",
             layers,
             trainer.world_size,
         )
