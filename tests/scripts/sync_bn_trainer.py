@@ -7,6 +7,7 @@ import os
 os.environ["RIG_SYNC_BN"] = "1"  # what `rig train sync_bn=True` sets with more than one rank
 
 import torch
+from rig import log
 from rig.launch import trainer as rig_trainer
 from torch import nn
 from ultralytics import YOLO
@@ -20,6 +21,7 @@ def kinds(model: nn.Module) -> list[str]:
     )
 
 
+log.setup()  # as the trainer's main does: rig's INFO lines on stderr
 args = {"data": "/tmp/demo/data.yaml", "model": "yolo11n.yaml", "epochs": 1, "imgsz": 64, "device": "cpu"}
 t = rig_trainer.rig_trainer_class(DetectionTrainer)(
     overrides={**args, "project": "/tmp/runs", "name": "sync", "exist_ok": True, "plots": False}
