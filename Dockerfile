@@ -185,9 +185,12 @@ ENV YOLO_OFFLINE=true \
     YOLO_AUTOINSTALL=false \
     YOLO_CONFIG_DIR=/opt/rig/ultralytics
 # torch.compile's caches in the `cache` volume: the second run of a model does not compile again.
+# The FX graph cache (off by default in torch 2.3) keeps whole compiled graphs, not only kernels: a
+# second tiny CPU run measured 50 s with it, 159 s with the kernels alone, 340 s with nothing (BENCHMARKS.md).
 ENV RIG_CACHE_DIR=/cache \
     TORCHINDUCTOR_CACHE_DIR=/cache/torch/inductor \
-    TRITON_CACHE_DIR=/cache/torch/triton
+    TRITON_CACHE_DIR=/cache/torch/triton \
+    TORCHINDUCTOR_FX_GRAPH_CACHE=1
 # The volumes' mount points, owned by yolo so fresh named volumes are too; baked weights (if any)
 # seed a fresh `weights` volume.
 COPY --from=tuned /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml \

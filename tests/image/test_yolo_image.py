@@ -173,9 +173,9 @@ sed 's/^/LABEL /' /tmp/a/labels/*/*.txt
 
 
 def test_bench_quick_on_cpu_writes_json(containers: Any) -> None:
-    # --compile too: the runtime image has no C compiler, so it must be reported, not crash.
+    # --compile has its own test (test_speed.py): compiling YOLO11n at 320 px takes minutes here.
     cmd = (
-        "rig bench --quick --compile --imgsz 320 --train-images 96 --source-size 640x360"
+        "rig bench --quick --imgsz 320 --train-images 96 --source-size 640x360"
         " --json /tmp/b.json >&2 && cat /tmp/b.json"
     )
     rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=300, network_mode="none", shm_size="1g")
@@ -184,7 +184,7 @@ def test_bench_quick_on_cpu_writes_json(containers: Any) -> None:
     assert res["loader"]["stock_img_s"] > 0 and res["loader"]["ours_img_s"] > 0 and res["step_img_s"] > 0
     assert res["bottleneck"] in {"loader", "compute"} and res["bottleneck_reason"]
     assert res["loader"]["ours"]["cache"] == "ram" and res["loader"]["stock"]["cache"] is False
-    assert res["compile_used"] is False and "C compiler" in res["compile_note"]
+    assert res["compile_used"] is False and res["step_compiled_img_s"] is None
     assert "bottleneck:" in logs
 
 

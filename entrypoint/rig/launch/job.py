@@ -20,7 +20,7 @@ from typing import Any
 import rig
 from rig import log, paths
 from rig.errors import RigError
-from rig.launch import binding, ddp, gpuenv, nodes
+from rig.launch import binding, ddp, gpuenv, levers, nodes
 from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
 from rig.spelling import AS_PARSED, Spelling
@@ -271,6 +271,14 @@ def _tuning(
     return added
 
 
+def _levers(user_args: dict[str, str], *, world: int, cpu: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """compile and sync_bn (rig.launch.levers): the arguments without rig's own, the trainer's variables."""
+    decided = levers.decide(user_args, world=world, cpu=cpu, typed=levers.ultralytics_value())
+    for warning in decided.warnings:
+        _logger.warning("%s", warning)
+    return decided.args, decided.env
+
+
 def resume_of(args: Mapping[str, str]) -> bool | str:
     """resume= as Ultralytics reads it: False (absent, empty, False, None), True, or a checkpoint's path."""
     text = args.get("resume", "").strip()
@@ -373,11 +381,12 @@ def plan_train(
     if cpu:
         if node.nnodes > 1:
             raise RigError("device=cpu trains in one process; unset NNODES (or the scheduler's node count)")
+        user, lever_env = _levers(user, world=1, cpu=True)
         user = _resume(_defaults(user))
         threads = gpuenv.default_threads()
         user.update(_tuning(user, threads, 1))
         user, run_dir = _run_dir(user)
-        env = {**_env_delta(threads), **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
+        env = {**_env_delta(threads), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
         return Launch([python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())], env)
 
     ddp.nccl_timeout(os.environ), ddp.stop_grace(os.environ)  # bad values: one line, before anything runs
@@ -385,6 +394,7 @@ def plan_train(
     gpu_ids = select_gpus(choice, topo, typed)
     world = len(gpu_ids) * node.nnodes
     check_batch(user, world, typed)
+    user, lever_env = _levers(user, world=world, cpu=False)
     plan = make_plan(topo, gpu_ids)
     user = _resume(_defaults(user))
     user["device"] = ",".join(str(i) for i in gpu_ids)
@@ -397,7 +407,7 @@ def plan_train(
     if check_dataset:
         _check_dataset(user)
     program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
-    env = {**_env_delta(len(plan[0].cpus)), **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
+    env = {**_env_delta(len(plan[0].cpus)), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
     env[telemetry.RUN_GPUS_ENV] = run_gpus(plan, gpu_ids)
     return Launch(torchrun_command(plan, node, program, python, gpus_per_rank="one"), env)
 

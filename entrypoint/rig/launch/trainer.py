@@ -22,7 +22,7 @@ from types import FrameType
 from typing import Any
 
 from rig import log
-from rig.launch import ddp
+from rig.launch import ddp, syncbn
 from rig.observe import telemetry
 from rig.yolo import cached_dataset
 
@@ -171,6 +171,12 @@ def rig_trainer_class(base: type) -> type:
             with cached_dataset.in_use(self.args):
                 return super().build_dataset(img_path, mode, batch)
 
+        def set_model_attributes(self) -> None:
+            super().set_model_attributes()
+            # Here: after the model is on its device, before compile and the DDP wrap.
+            if syncbn.wanted(os.environ) and self.world_size > 1:
+                _use_sync_batchnorm(self)
+
         def _setup_train(self) -> Any:
             # Ultralytics' AMP check loads yolo26n.pt and, when it is missing, tries to download it
             # before it looks at the offline flag: on a network that drops packets rank 0 stalls while
@@ -223,6 +229,24 @@ def rig_trainer_class(base: type) -> type:
                 )
 
     return RigTrainer
+
+
+def _use_sync_batchnorm(trainer: Any) -> None:
+    trainer.model, layers = syncbn.to_sync_batchnorm(trainer.model)
+    trainer.add_callback("on_pretrain_routine_end", _ema_with_plain_batchnorm)
+    if _rank() == 0:
+        _logger.info(
+            "sync_bn: %d BatchNorm layers synchronised over the %d ranks (two small collectives each, "
+            "every step); checkpoints keep plain BatchNorm2d",
+            layers,
+            trainer.world_size,
+        )
+
+
+def _ema_with_plain_batchnorm(trainer: Any) -> None:
+    """The EMA (a copy of the model, and what Ultralytics saves) back to BatchNorm2d once it exists."""
+    if trainer.ema is not None:
+        trainer.ema.ema, _ = syncbn.to_batchnorm(trainer.ema.ema)
 
 
 def _offline_safe_amp_check(check_amp: Callable[[Any], bool]) -> Callable[[Any], bool]:

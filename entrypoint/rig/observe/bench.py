@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import statistics
+import sysconfig
 import tempfile
 import threading
 import time
@@ -95,9 +96,22 @@ class TrainResult:
 
 
 @dataclass(frozen=True)
+class StepResult:
+    """The train step on one device-resident batch, eager and (with --compile) compiled."""
+
+    eager_img_s: float
+    compiled_img_s: float | None = None
+    compile_s: float | None = (
+        None  # the first compiled step: tracing, kernel builds (or cache reads), one step
+    )
+    compile_used: bool = False
+    compile_note: str | None = None
+
+
+@dataclass(frozen=True)
 class BenchResult:
     loader: LoaderResult
-    step_img_s: float
+    step_img_s: float  # the step as training would run it: compiled when compile was used
     train: TrainResult | None
     bottleneck: str  # "loader" or "compute"
     bottleneck_reason: str
@@ -107,6 +121,9 @@ class BenchResult:
     amp_used: bool
     compile_used: bool
     compile_note: str | None
+    step_eager_img_s: float
+    step_compiled_img_s: float | None  # None without --compile, or when it could not compile
+    compile_s: float | None
     cache: cachebench.CacheResult | None = None
 
     def to_json(self) -> str:
@@ -122,9 +139,10 @@ def _plan(opts: BenchOptions, cuda: bool) -> _Plan:
             step_warmup=10,
             step_iters=30 if opts.quick else 100,
         )
-    # A CPU step of YOLO11n at 640 px, batch 16, takes seconds: one timed step after one warm-up.
+    # A CPU step of YOLO11n at 640 px, batch 16, takes seconds: one timed step after two warm-ups (the
+    # second step still measured 30x the third in a tiny run, eager and compiled alike).
     return _Plan(
-        rounds, loader_batches=20 if opts.quick else 40, step_warmup=1, step_iters=1 if opts.quick else 3
+        rounds, loader_batches=20 if opts.quick else 40, step_warmup=2, step_iters=1 if opts.quick else 3
     )
 
 
@@ -205,17 +223,21 @@ def _forever(loader: Any) -> Iterator[Any]:
 
 
 def compile_blocker() -> str | None:
-    if not (shutil.which("cc") or shutil.which("gcc")):
-        return (
-            "torch.compile (inductor) builds kernels with a C compiler and this image has none "
-            "(the runtime stage ships no toolchain); measured without compile"
-        )
-    return None
+    """Why torch.compile cannot work here, or None. Inductor builds C++ kernels on the CPU and Triton
+    its GPU launcher with the C compiler; both include Python's headers."""
+    if not (shutil.which("g++") or shutil.which("c++")):
+        missing = "a C++ compiler (g++)"
+    elif not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        missing = "Python's headers (Python.h)"
+    else:
+        return None
+    return f"torch.compile (inductor) builds kernels with {missing}, which is missing; measured without it"
 
 
-def _step_img_s(
+def _step(
     data: dict[str, Any], batch: dict[str, Any], opts: BenchOptions, device: Any, plan: _Plan
-) -> float:
+) -> StepResult:
+    """The step eager, then the same model compiled (the same weights and batch), each timed alone."""
     torch = _imp("torch")
     get_cfg = _imp("ultralytics.cfg").get_cfg
     DetectionModel = _imp("ultralytics.nn.tasks").DetectionModel
@@ -227,32 +249,53 @@ def _step_img_s(
     model = DetectionModel(opts.model, nc=len(data["names"]), verbose=False).to(device)
     model.args = get_cfg(overrides={"imgsz": opts.imgsz, "batch": opts.batch})
     model.train()
-    if opts.compile and compile_blocker() is None:
-        model = torch.compile(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
     use_amp = opts.amp and cuda  # Ultralytics trains in fp32 on CPU
     scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
     dev_batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     dev_batch["img"] = dev_batch["img"].float() / 255
+    images = int(batch["img"].shape[0])
 
-    def step() -> None:
+    def step(module: Any) -> None:
         with torch.autocast(device.type, enabled=use_amp):
-            loss, _ = model(dev_batch)
+            if module is model:
+                loss, _ = model(dev_batch)
+            else:  # as Ultralytics' trainer runs a compiled model: the forward compiled, the loss eager
+                loss, _ = model.loss(dev_batch, module(dev_batch["img"]))
         scaler.scale(loss.sum()).backward()
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(plan.step_warmup):
-        step()
-    if cuda:
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    for _ in range(plan.step_iters):
-        step()
-    if cuda:
-        torch.cuda.synchronize(device)
-    return plan.step_iters * int(batch["img"].shape[0]) / (time.perf_counter() - t0)
+    def timed(module: Any, steps: int) -> float:
+        if cuda:
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(module)
+        if cuda:
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
+
+    timed(model, plan.step_warmup)
+    eager = plan.step_iters * images / timed(model, plan.step_iters)
+    if not opts.compile:
+        return StepResult(eager)
+    if note := compile_blocker():
+        return StepResult(eager, compile_note=note)
+    compiled = torch.compile(model)  # compiles lazily: in the first step, forward and backward
+    try:
+        compile_s = timed(compiled, 1)
+    except Exception as e:  # inductor's errors are many and long: the first line says which
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return StepResult(eager, compile_note=f"torch.compile failed, measured without compile: {first}")
+    timed(compiled, plan.step_warmup)  # after the compile, as many warm-ups as eager had
+    return StepResult(
+        eager,
+        compiled_img_s=plan.step_iters * images / timed(compiled, plan.step_iters),
+        compile_s=compile_s,
+        compile_used=True,
+    )
 
 
 class _GpuSampler:
@@ -424,9 +467,15 @@ def run_bench(opts: BenchOptions) -> BenchResult:
     gc.collect()
     cache = _cache_bench(data, opts, plan)
 
-    compile_note = compile_blocker() if opts.compile else None
-    step = _step_img_s(data, batch, opts, device, plan)
-    _logger.info("train step on %s: %.1f img/s", device, step)
+    steps = _step(data, batch, opts, device, plan)
+    _logger.info("train step on %s: %.1f img/s", device, steps.eager_img_s)
+    if steps.compiled_img_s is not None:
+        _logger.info(
+            "train step compiled: %.1f img/s, after %.1f s for the first step",
+            steps.compiled_img_s,
+            steps.compile_s,
+        )
+    step = steps.compiled_img_s or steps.eager_img_s
 
     train = _train_run(data_yaml, ours, opts, device) if device.type == "cuda" else None
     stock_img_s, ours_img_s = statistics.median(rates["stock"]), statistics.median(rates["ours"])
@@ -456,8 +505,11 @@ def run_bench(opts: BenchOptions) -> BenchResult:
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         cpus=len(os.sched_getaffinity(0)),
         amp_used=opts.amp and device.type == "cuda",
-        compile_used=opts.compile and compile_note is None,
-        compile_note=compile_note,
+        compile_used=steps.compile_used,
+        compile_note=steps.compile_note,
+        step_eager_img_s=steps.eager_img_s,
+        step_compiled_img_s=steps.compiled_img_s,
+        compile_s=steps.compile_s,
         cache=cache,
     )
 
@@ -487,8 +539,14 @@ def format_table(res: BenchResult) -> str:
     rows = [
         ("loader, stock Ultralytics", f"{ld.stock_img_s:.1f}", _kv(ld.stock)),
         ("loader, ours", f"{ld.ours_img_s:.1f}", f"{_kv(ld.ours)}  ({ld.speedup:.2f}x stock)"),
-        ("train step (compute ceiling)", f"{res.step_img_s:.1f}", f"on {res.device}"),
+        ("train step (compute ceiling)", f"{res.step_eager_img_s:.1f}", f"on {res.device}, eager"),
     ]
+    if res.step_compiled_img_s is not None:
+        ratio = res.step_compiled_img_s / res.step_eager_img_s
+        first = f"first step {res.compile_s:.1f} s (compiling, or reading the cache's kernels)"
+        rows.append(
+            ("train step, compiled", f"{res.step_compiled_img_s:.1f}", f"{ratio:.2f}x eager; {first}")
+        )
     if res.train:
         t = res.train
         util = "n/a" if t.gpu_util_mean is None else f"{t.gpu_util_mean:.0f}%"

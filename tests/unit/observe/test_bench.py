@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -49,3 +50,38 @@ def test_the_real_run_is_timed_as_telemetry_times_steps() -> None:
     assert bench.train_result(totals, 16, [50.0, 70.0]) == bench.TrainResult(16.0, 0.25, 60.0, 4)
     with pytest.raises(RigError, match="too short"):
         bench.train_result(StepTotals(), 16, [])
+
+
+def _result(**step: object) -> bench.BenchResult:
+    loader = bench.LoaderResult(10.0, 20.0, 2.0, [10.0], [20.0], {"cache": False}, {"cache": "ram"}, [], 0.1)
+    fields = {"step_eager_img_s": 4.0, "step_compiled_img_s": None, "compile_s": None}
+    fields |= {"compile_used": False, "compile_note": None, **step}
+    return bench.BenchResult(
+        loader=loader,
+        step_img_s=float(fields["step_compiled_img_s"] or fields["step_eager_img_s"]),  # type: ignore[arg-type]
+        train=None,
+        bottleneck="compute",
+        bottleneck_reason="r",
+        options={},
+        device="cpu",
+        cpus=2,
+        amp_used=False,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def test_the_compiled_step_is_reported_beside_the_eager_one() -> None:
+    table = bench.format_table(_result(step_compiled_img_s=6.0, compile_s=42.0, compile_used=True))
+    assert "train step (compute ceiling)       4.0  on cpu, eager" in table
+    assert "train step, compiled" in table and "1.50x eager; first step 42.0 s" in table
+    data = json.loads(_result(step_compiled_img_s=6.0, compile_s=42.0, compile_used=True).to_json())
+    assert (data["step_eager_img_s"], data["step_compiled_img_s"], data["compile_s"]) == (4.0, 6.0, 42.0)
+    assert data["compile_used"] is True and data["step_img_s"] == 6.0
+
+    not_used = bench.format_table(_result(compile_note="torch.compile failed, measured without compile: x"))
+    assert "compiled" not in not_used.split("bottleneck")[0] and "compile: torch.compile failed" in not_used
+
+
+def test_compile_needs_a_cxx_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench.shutil, "which", lambda _name: None)
+    assert "C++ compiler (g++)" in (bench.compile_blocker() or "")

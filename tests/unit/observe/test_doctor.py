@@ -271,7 +271,9 @@ def test_dataset_checks(changes: dict[str, Any], statuses: tuple[str, str, str])
 def bench_result(ours_img_s: float, step_img_s: float, bottleneck: str) -> BenchResult:
     loader = LoaderResult(300.0, ours_img_s, ours_img_s / 300.0, [], [], {}, {}, [], 0.0)
     reason = f"loader {ours_img_s:.0f} img/s vs train step {step_img_s:.0f} img/s"
-    return BenchResult(loader, step_img_s, None, bottleneck, reason, {}, "cpu", 4, False, False, None)
+    return BenchResult(
+        loader, step_img_s, None, bottleneck, reason, {}, "cpu", 4, False, False, None, step_img_s, None, None
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,61 @@
+"""SyncBatchNorm for `rig train sync_bn=True`: the model trains with it, nothing saved holds it.
+
+Under DDP each rank normalises with its own batch's statistics; SyncBatchNorm all-reduces them, so a
+BatchNorm layer sees the global batch (it pays when the per-GPU batch is small). The model's
+BatchNorm2d layers are swapped for SyncBatchNorm before the DDP wrap and the EMA's are swapped back,
+sharing the same parameters and buffers both ways (the weights are the weights). The EMA is what
+Ultralytics saves, so last.pt and best.pt hold plain BatchNorm2d: a checkpoint with SyncBatchNorm
+could not be fine-tuned later on one GPU or the CPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from rig.launch.levers import SYNC_BN_ENV
+
+
+def wanted(environ: Mapping[str, str]) -> bool:
+    return environ.get(SYNC_BN_ENV, "").strip() == "1"
+
+
+def _swap(module: Any, source: Any, make: Any) -> tuple[Any, int]:
+    """module with every `source` layer replaced by make(layer), sharing its tensors; and how many."""
+    torch: Any = importlib.import_module("torch")
+    out, count = module, 0
+    if type(module) is source:
+        out = make(module)
+        if module.affine:
+            with torch.no_grad():
+                out.weight, out.bias = module.weight, module.bias
+        out.running_mean, out.running_var = module.running_mean, module.running_var
+        out.num_batches_tracked = module.num_batches_tracked
+        out.training = module.training
+        if hasattr(module, "qconfig"):
+            out.qconfig = module.qconfig
+        count = 1
+    for name, child in module.named_children():
+        new, n = _swap(child, source, make)
+        if new is not child:
+            out.add_module(name, new)
+        count += n
+    return out, count
+
+
+def _same_args(bn: Any) -> tuple[Any, ...]:
+    return bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats
+
+
+def to_sync_batchnorm(model: Any) -> tuple[Any, int]:
+    """Every BatchNorm2d of model as a SyncBatchNorm over the default process group (torch's own
+    convert_sync_batchnorm would convert 1d and 3d layers too, and nothing says which to restore)."""
+    nn: Any = importlib.import_module("torch.nn")
+    return _swap(model, nn.BatchNorm2d, lambda bn: nn.SyncBatchNorm(*_same_args(bn)))
+
+
+def to_batchnorm(model: Any) -> tuple[Any, int]:
+    """The reverse: every SyncBatchNorm as a BatchNorm2d (the only kind to_sync_batchnorm makes)."""
+    nn: Any = importlib.import_module("torch.nn")
+    return _swap(model, nn.SyncBatchNorm, lambda bn: nn.BatchNorm2d(*_same_args(bn)))

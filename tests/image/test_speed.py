@@ -1,0 +1,78 @@
+"""The speed levers in the image, offline, as yolo: torch.compile works (and says what it costs on the
+CPU), `rig bench --compile` measures it, SyncBatchNorm converts the trainer's model and nothing saved
+keeps it. The CPU's compile is slow (minutes for YOLO11n): each compile here is as small as it gets."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from tests.helpers import SCRIPTS
+from tests.helpers.containers import Containers
+
+pytestmark = pytest.mark.image
+
+DEMO = "rig demo-data /tmp/demo --train 16 --val 4 --imgsz 64 >/dev/null"
+
+
+def test_torch_compile_runs_offline_as_yolo_into_the_cache(containers: Containers) -> None:
+    script = (
+        "import torch; f = torch.compile(lambda x: (x.sin() + x.cos()).sum()); "
+        "print('SUM', round(f(torch.ones(8)).item(), 4))"
+    )
+    cmd = f'id -un; python -c "{script}" && find /cache/torch/inductor -name "*.so" | head -1'
+    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=300, network_mode="none")
+    assert rc == 0, logs[-3000:]
+    assert logs.splitlines()[0] == "yolo"
+    assert "SUM 11.0542" in logs  # 8 * (sin 1 + cos 1)
+    assert re.search(r"^/cache/torch/inductor/.*\.so$", logs, re.MULTILINE), logs[-2000:]
+
+
+def test_a_cpu_run_with_compile_warns_once_and_completes(containers: Containers) -> None:
+    cmd = (
+        f"{DEMO} && rig train device=cpu compile=True data=/tmp/demo/data.yaml model=yolo11n.yaml "
+        "epochs=1 imgsz=64 batch=16 plots=False project=/tmp/runs name=c && ls /tmp/runs/c/weights/last.pt"
+    )
+    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=1200, network_mode="none", shm_size="1g")
+    assert rc == 0, logs[-3000:]
+    rig_warnings = [line for line in logs.splitlines() if line.startswith("WARNING launch:")]
+    assert len(rig_warnings) == 1, logs[-3000:]
+    assert "compile=True on the CPU: measured" in rig_warnings[0] and "slower" in rig_warnings[0]
+    assert "compile: starting torch.compile" in re.sub(r"\x1b\[[0-9;]*m", "", logs)  # passed on, not dropped
+    assert "/tmp/runs/c/weights/last.pt" in logs
+
+
+def test_bench_compile_reports_the_compiled_step_beside_the_eager_one(containers: Containers) -> None:
+    cmd = (
+        "rig bench --quick --compile --imgsz 64 --batch 4 --train-images 16 --source-size 64x64"
+        " --json /tmp/b.json >&2 && cat /tmp/b.json"
+    )
+    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=1200, network_mode="none", shm_size="1g")
+    assert rc == 0, logs[-3000:]
+    res: dict[str, Any] = json.loads(logs[logs.rindex('{\n  "loader"') :])
+    assert res["compile_used"] is True and res["compile_note"] is None, res
+    assert res["step_eager_img_s"] > 0 and res["step_compiled_img_s"] > 0 and res["compile_s"] > 0
+    assert res["step_img_s"] == res["step_compiled_img_s"]
+    assert "train step, compiled" in logs and "x eager; first step" in logs
+
+
+def test_sync_bn_converts_the_trainers_model_and_no_checkpoint_keeps_it(containers: Containers) -> None:
+    cmd = f"{DEMO} && python /tests/sync_bn_trainer.py"
+    rc, logs = containers.oneshot(
+        ["bash", "-c", cmd],
+        timeout=300,
+        network_mode="none",
+        shm_size="1g",
+        volumes={str(SCRIPTS): {"bind": "/tests", "mode": "ro"}},
+    )
+    assert rc == 0, logs[-3000:]
+    # Every BatchNorm2d of YOLO11n (81) is a SyncBatchNorm, its weights and running statistics kept.
+    assert re.search(r"^MODEL 81 \['SyncBatchNorm'\] True True$", logs, re.MULTILINE), logs[-3000:]
+    assert "EMA-MADE ['SyncBatchNorm']" in logs  # what Ultralytics' EMA copies
+    assert re.search(r"^EMA \['BatchNorm2d'\] True$", logs, re.MULTILINE), logs[-3000:]
+    assert "CKPT ['BatchNorm2d']" in logs
+    assert "FINETUNED" in logs  # the checkpoint fine-tunes on the CPU
+    assert "sync_bn: 81 BatchNorm layers synchronised over the 2 ranks" in logs
