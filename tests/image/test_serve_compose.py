@@ -49,7 +49,12 @@ def ws(image: str) -> Iterator[Workstation]:
 # ---- a normal start --------------------------------------------------------------------------------
 @pytest.mark.stack  # the workstation starts on every stack
 def test_normal_start_logs_only_info(ws: Workstation) -> None:
-    logs = ws.logs()
+    # JupyterLab may answer a moment before the supervisor's next look marks it running.
+    def running() -> str:
+        text = ws.logs()
+        return text if "INFO jupyter: running on port" in text else ""
+
+    logs = wait_until(running, timeout=30)
     lines = [line for line in logs.splitlines() if line.strip()]
     assert any(line.startswith("INFO jupyter: running on port 8888") for line in lines), logs
     assert any(line.startswith("INFO sshd: running on port 2222") for line in lines), logs

@@ -36,7 +36,10 @@ WRITABLE_BY_DESIGN = (
     "/workspace",
     "/datasets",
     "/weights",
+    "/cache",
     "/run/lock",
+    # screen's socket directory, sticky like /tmp (Debian's screen package makes it so).
+    "/run/screen",
     "/var/lock",
     # Ultralytics' own DDP launcher writes its temporary scripts here as the user who trains.
     "/opt/rig/ultralytics/Ultralytics",
@@ -100,7 +103,7 @@ def owners(ws: Workstation, *paths: str) -> list[str]:
 
 def writable_by_yolo(ws: Workstation) -> list[str]:
     prune = " -o ".join(f"-path {p}" for p in ("/proc", "/sys", "/dev/pts"))
-    find = f"find / -xdev \\( {prune} \\) -prune -o -writable ! -type c -print 2>/dev/null; true"
+    find = f"find / -xdev \\( {prune} \\) -prune -o -writable ! -type c ! -type l -print 2>/dev/null; true"
     out = as_yolo(ws, find, timeout=120)
     allowed = WRITABLE_BY_DESIGN
     return [p for p in out.splitlines() if p and not any(p == a or p.startswith(a + "/") for a in allowed)]
