@@ -27,20 +27,6 @@ print(f"EXECUTED {path} in {time.monotonic() - start:.0f} s")
 """
 
 
-# Executes one seeded notebook with nbclient, as Jupyter would, from its folder in the workspace.
-RUNNER = """
-import sys, time, nbformat
-from nbclient import NotebookClient
-path = sys.argv[1]
-nb = nbformat.read(path, as_version=4)
-nbformat.validate(nb)
-start = time.monotonic()
-NotebookClient(nb, timeout=240, kernel_name="python3",
-               resources={"metadata": {"path": "/workspace/notebooks"}}).execute()
-print(f"EXECUTED {path} in {time.monotonic() - start:.0f} s")
-"""
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_runs_top_to_bottom_in_the_image(containers: Any, name: str) -> None:
     # No network: a notebook that tries to download anything fails here. /datasets starts empty,
