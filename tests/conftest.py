@@ -17,6 +17,8 @@ from tests.helpers.waiting import wait_until
 
 __all__ = ["IMAGE", "Containers", "free_port", "wait_until"]
 
+DOCKER_TIMEOUT_S = 900
+
 
 @pytest.fixture(autouse=True)
 def _rig_log_propagates() -> Iterator[None]:
@@ -34,7 +36,9 @@ def _rig_log_propagates() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def docker_client() -> Any:
     docker = pytest.importorskip("docker")
-    client = docker.from_env()
+    # A busy 2-core host took 65 s to send the first byte of `docker save` for the 6 GB image,
+    # past the SDK's 60 s default: every call may wait as long as a slow engine needs.
+    client = docker.from_env(timeout=DOCKER_TIMEOUT_S)
     try:
         client.ping()
     except Exception as e:
