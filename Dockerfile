@@ -6,6 +6,8 @@
 # `make build [STACK=cu128]`.
 
 ARG BASE_IMAGE=debian:bookworm-slim
+# The CUDA stack (pyproject.toml's extra), global for the last FROM: it picks the image's final stage.
+ARG STACK=cu121
 
 # ---------------------------------------------------------------------------------------------
 FROM ${BASE_IMAGE} AS base
@@ -233,3 +235,17 @@ LABEL org.opencontainers.image.title="yolo-rig" \
       io.yolo-rig.cudnn="${CUDNN_VERSION}" \
       io.yolo-rig.torch="${TORCH_VERSION}" \
       io.yolo-rig.ultralytics="${ULTRALYTICS_VERSION}"
+
+# ---------------------------------------------------------------------------------------------
+# The driver the stack needs, checked by the NVIDIA container runtime before anything runs: a
+# too-old driver fails `docker run --gpus` with the runtime's own one-line "unsatisfied condition:
+# cuda>=12.8" instead of deep inside torch (docs/requirements.md). One stage per stack, chosen by
+# STACK in the last FROM: an ENV cannot compute the value, and an unknown STACK stops the build.
+FROM runtime AS stack-cu121
+ENV NVIDIA_REQUIRE_CUDA="cuda>=12.1"
+
+FROM runtime AS stack-cu128
+ENV NVIDIA_REQUIRE_CUDA="cuda>=12.8"
+
+# hadolint ignore=DL3006
+FROM stack-${STACK}

@@ -137,6 +137,22 @@ def test_labels_carry_the_stack_versions(docker_client: Any, image: str, stack: 
 
 
 @pytest.mark.stack
+def test_the_image_asks_the_runtime_for_its_driver(image: str, stack: str) -> None:
+    """The NVIDIA runtime refuses a driver older than NVIDIA_REQUIRE_CUDA before anything runs."""
+    out = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config.Env}}", image],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    env = dict(entry.split("=", 1) for entry in json.loads(out))
+    cuda = locked_versions(stack)["CUDA_VERSION"]
+    assert cuda == STACK_FACTS[stack]["cuda"]
+    assert env["NVIDIA_REQUIRE_CUDA"] == f"cuda>={cuda}"
+
+
+@pytest.mark.stack
 def test_debian_packages_are_listed_and_labelled(
     docker_client: Any, image: str, containers: Containers
 ) -> None:
