@@ -203,8 +203,20 @@ COPY --from=tuned --chown=1000:1000 /opt/rig/weights /weights
 RUN mkdir -p /datasets /workspace/runs /cache \
     && chown yolo:yolo /datasets /weights /workspace/runs /cache
 
+# pip for user yolo's sessions (docs/user-environment.md): the builder's own pip (Debian's bundled
+# wheel), run only by rig's gate (rig/workstation/pipgate.py), which installs into ~/.local on the
+# `home` volume within the image's pins. /opt/venv itself stays as the lock made it.
+COPY --from=builder /opt/uv/lib/python3.11/site-packages/pip /opt/rig/pip/pip
+COPY docker/session-python /opt/rig/python
+COPY docker/pip /usr/local/bin/pip
+RUN ln -s pip /usr/local/bin/pip3
+
 # Our own code, as late as possible.
 COPY --from=project /opt/rig-project/ /opt/venv/
+# Every login shell (`docker run IMAGE bash -l`, `make shell`, SSH, Jupyter terminals) gets the
+# venv back on PATH after Debian's /etc/profile resets it, and yolo its own packages.
+RUN /opt/venv/bin/python -c 'import os; from rig.workstation.userenv import render_profile as r; \
+print(r(os.environ["PATH"]), end="")' >/etc/profile.d/rig-session.sh
 # The workstation (`rig serve`): sshd's config, and JupyterLab without news or update checks (offline).
 COPY docker/sshd_config /etc/ssh/sshd_config
 COPY docker/tmux.conf /etc/tmux.conf

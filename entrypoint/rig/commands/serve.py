@@ -17,7 +17,7 @@ from typing import Any
 
 from rig import log, paths, safefs
 from rig.errors import RigError
-from rig.workstation import serveconfig, services, sessionenv, sshd, users, workspace
+from rig.workstation import home, serveconfig, services, sessionenv, sshd, users, workspace
 from rig.workstation.supervisor import Policy, Supervisor, install_signal_handlers
 
 STATE_DIR = paths.STATE  # the `state` volume
@@ -74,6 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     STATE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
     sessionenv.write(environ)
+    home.prepare(ids)  # as yolo, in a child with a deadline: root never acts in the home folder
     if "sshd" in names:
         sshd.prepare_runtime_dir()
         for print_ in sshd.ensure_host_keys():

@@ -103,6 +103,10 @@ class Facts:
     bench: BenchResult | None = None
     bench_error: str | None = None
     bench_requested: bool = False
+    # What user yolo added with `pip install` (rig.workstation.userenv): (name, version, the image's
+    # pin of that name or None), and where.
+    user_packages: tuple[tuple[str, str, str | None], ...] = ()
+    user_site: str = ""
     cuda_stack: str = DEFAULT_STACK  # the image's stack (RIG_STACK)
     arch_flags: tuple[str, ...] | None = None  # torch's GPU code in this image; None: unread
 
@@ -465,6 +469,27 @@ def check_bench(f: Facts) -> Check:
     return Check("bench", Status.PASS, detail)
 
 
+def check_user_packages(f: Facts) -> Check:
+    if not f.user_packages:
+        return Check(
+            "user packages",
+            Status.SKIP,
+            f"none added (`pip install NAME` in a session puts them in {f.user_site})",
+        )
+    listed = ", ".join(f"{n} {v}" for n, v, _ in f.user_packages)
+    detail = f"{len(f.user_packages)} added by you in {f.user_site}: {listed}"
+    shadows = [(n, v, pin) for n, v, pin in f.user_packages if pin is not None and pin != v]
+    if shadows:
+        which = ", ".join(f"{n} {v} over the image's {pin}" for n, v, pin in shadows)
+        return Check(
+            "user packages",
+            Status.WARN,
+            f"{detail}; shadowing pinned packages: {which}",
+            f"`pip uninstall {' '.join(n for n, _, _ in shadows)}` as yolo: the image's tested ones again",
+        )
+    return Check("user packages", Status.PASS, detail)
+
+
 CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_driver,
     check_gpus,
@@ -479,6 +504,7 @@ CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_cache_ram,
     check_image_cache,
     check_bench,
+    check_user_packages,
 )
 
 

@@ -25,6 +25,7 @@ from rig.observe import bench as rig_bench
 from rig.observe.bench import BenchResult
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
 from rig.observe.nvml import describe_error, session
+from rig.workstation import userenv
 from rig.yolo import cached_dataset, datasets, imagecache, tuning
 
 SAMPLE_FILES = 256
@@ -186,9 +187,21 @@ def gather(
         bench=bench_result,
         bench_error=bench_error,
         bench_requested=bench,
+        **user_packages(root),
         cuda_stack=env.get("RIG_STACK", versions.DEFAULT_STACK),
         arch_flags=arch_flags if arch_flags is not None or not gpu_facts else torch_arch_flags(),
     )
+
+
+def user_packages(root: Path) -> dict[str, Any]:
+    """What user yolo added with `pip install`, each with the image's pin of that name (if any)."""
+    site = userenv.site_packages(root / paths.HOME.relative_to("/"))
+    try:
+        pins = userenv.pins((root / userenv.LOCK.relative_to("/")).read_text())
+    except OSError:
+        pins = {}
+    found = tuple((n, v, pins.get(userenv.normalize(n))) for n, v in userenv.added(site))
+    return {"user_packages": found, "user_site": str(userenv.site_packages())}
 
 
 # ------------------------------------------------------------------------------------------ dataset

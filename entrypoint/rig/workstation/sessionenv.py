@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rig import safefs
+from rig.workstation import userenv
 from rig.workstation.serveconfig import SECRET_VARIABLES as SECRETS
 
 PROFILE = Path("/etc/profile.d/rig-env.sh")
@@ -75,9 +76,8 @@ def _sshd_quote(name: str, value: str) -> str:
 def render_sshd(environ: Mapping[str, str]) -> str:
     """One SetEnv line: sshd ignores every SetEnv after the first. Config lines cannot hold a
     line break, so multi-line values reach login shells only (through the profile)."""
-    pairs = [
-        _sshd_quote(n, v) for n, v in session_variables(environ).items() if "\n" not in v and "\r" not in v
-    ]
+    variables = {**session_variables(environ), **userenv.session_variables(environ)}  # yolo's only
+    pairs = [_sshd_quote(n, v) for n, v in variables.items() if "\n" not in v and "\r" not in v]
     return "# Written by `rig serve` at start: the container's environment for SSH sessions.\n" + (
         f"SetEnv {' '.join(pairs)}\n" if pairs else ""
     )

@@ -9,11 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import log, safefs
+from rig import log, paths, safefs
 from rig.errors import RigError
+from rig.workstation import userenv
 
 USER = "yolo"
-HOME = Path("/home/yolo")
+HOME = paths.HOME
 SHELL = "/bin/bash"
 _MAX_ID = 2**31 - 2
 _NO_LIMIT = float("inf")
@@ -72,7 +73,7 @@ def remap(target: Ids, root: Path = Path("/")) -> bool:
         _run(["groupmod", "-o", "-g", str(target.gid), USER])
     if current.uid != target.uid:
         _run(["usermod", "-o", "-u", str(target.uid), USER])  # also chowns the home directory
-    # The home directory is in the container's layer, which a restart keeps, links yolo made included.
+    # The home directory is the `home` volume (or the container's layer), links yolo made included.
     safefs.reown_tree(
         root / HOME.relative_to("/"), (current.uid, current.gid), (target.uid, target.gid), _NO_LIMIT
     )
@@ -87,9 +88,11 @@ def _run(argv: list[str]) -> None:
 
 
 def session_environ(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a program run as yolo: the container's, with yolo's identity."""
+    """The environment of a program run as yolo: the container's, with yolo's identity and its own
+    packages (`pip install` in a session) importable."""
     env = dict(environ)
     env.update(HOME=str(HOME), USER=USER, LOGNAME=USER, SHELL=SHELL)
+    env.update(userenv.session_variables(environ, HOME))
     return env
 
 

@@ -71,6 +71,7 @@ def test_a_healthy_box_passes_everything_it_can_check() -> None:
         "cache_ram": SKIP,
         "image_cache": SKIP,
         "bench": SKIP,
+        "user packages": SKIP,
     }
     assert doctor.exit_code(checks) == 0
     assert "rank 1: GPU 0000:77:00.0 node 1 CPUs 8-15" in by_name(healthy())["numa"].detail
@@ -294,7 +295,7 @@ def test_text_report_prints_fixes_only_for_problems_and_json_lists_every_check()
     text = doctor.render_text(checks)
     assert text.count("fix: ") == 2
     assert text.splitlines()[0].startswith("fail  driver")
-    assert text.splitlines()[-1] == "rig doctor: 6 pass, 1 warn, 1 fail, 5 skip"
+    assert text.splitlines()[-1] == "rig doctor: 6 pass, 1 warn, 1 fail, 6 skip"
     data = json.loads(doctor.render_json(checks))
     assert data["ok"] is False
     assert [c["name"] for c in data["checks"]] == [c.name for c in checks]
@@ -437,3 +438,20 @@ def test_bench_runs_rig_bench_quick_on_the_given_data(monkeypatch: pytest.Monkey
         None,
         "RuntimeError: CUDA error: out of memory",
     )
+
+
+def test_user_packages_are_listed_and_a_shadowed_pin_warns() -> None:
+    site = "/home/yolo/.local/lib/python3.11/site-packages"
+    none = doctor.check_user_packages(doctor.Facts(user_site=site))
+    assert none.status is SKIP and site in none.detail
+    added = doctor.Facts(
+        user_packages=(("rigdemo", "0.1", None), ("numpy", "1.26.4", "1.26.4")), user_site=site
+    )
+    listed = doctor.check_user_packages(added)
+    assert listed.status is PASS
+    assert listed.detail == f"2 added by you in {site}: rigdemo 0.1, numpy 1.26.4"
+    shadow = doctor.Facts(user_packages=(("numpy", "2.0.0", "1.26.4"),), user_site=site)
+    warned = doctor.check_user_packages(shadow)
+    assert warned.status is WARN
+    assert "numpy 2.0.0 over the image's 1.26.4" in warned.detail
+    assert warned.fix.startswith("`pip uninstall numpy` as yolo")

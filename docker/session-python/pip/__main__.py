@@ -1,0 +1,5 @@
+import sys
+
+from rig.workstation.pipgate import main
+
+sys.exit(main())

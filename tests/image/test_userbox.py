@@ -1,0 +1,221 @@
+"""The box a user lives in: login shells with the image's environment, `pip install` that persists
+in the user's own prefix, and the home folder on its volume, through the real clients (OpenSSH,
+`docker compose exec` as `make shell` runs it, a Jupyter kernel and terminal)."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.helpers.containers import Containers, free_port
+from tests.helpers.waiting import wait_until
+from tests.helpers.wheels import make_wheel
+from tests.helpers.workstation import KERNEL_CELL, TERMINAL, Workstation, start, up
+
+pytestmark = pytest.mark.image
+
+SITE = "/home/yolo/.local/lib/python3.11/site-packages"
+# What a shell reports: python, rig, GPU variables, the user's import path, who.
+PROBE = (
+    'echo "R""ESULT@@$(command -v python)@@$(command -v rig)@@${CUDA_DEVICE_ORDER:-}@@'
+    '${NVIDIA_VISIBLE_DEVICES:-}@@${PYTHONPATH:-}@@$(id -un)@@"'
+)
+YOLO_ENV = f"RESULT@@/opt/venv/bin/python@@/opt/venv/bin/rig@@PCI_BUS_ID@@all@@/opt/rig/python:{SITE}@@yolo@@"
+
+
+def _result(out: str) -> str:
+    return next(line.strip() for line in out.splitlines() if line.startswith("RESULT@@"))
+
+
+# ---- `docker run IMAGE bash -l` and `make shell` without a workstation -----------------------------
+@pytest.mark.stack
+def test_docker_run_login_shell_has_the_image_environment(containers: Containers) -> None:
+    rc, out = containers.oneshot(["bash", "-lc", PROBE + "; command -v rig yolo pip"], timeout=60)
+    assert rc == 0, out
+    assert _result(out) == YOLO_ENV
+    assert out.splitlines()[-3:] == ["/opt/venv/bin/rig", "/opt/venv/bin/yolo", "/usr/local/bin/pip"]
+
+
+def test_roots_login_shell_has_the_venv_but_not_the_users_packages(containers: Containers) -> None:
+    rc, out = containers.oneshot(["bash", "-lc", PROBE], timeout=60, environment={"RIG_USER": "root"})
+    assert rc == 0, out
+    assert _result(out) == "RESULT@@/opt/venv/bin/python@@/opt/venv/bin/rig@@PCI_BUS_ID@@all@@@@root@@"
+
+
+def test_pip_as_root_is_refused_in_one_line(containers: Containers) -> None:
+    rc, out = containers.oneshot(["pip", "install", "anything"], timeout=60, environment={"RIG_USER": "root"})
+    assert rc == 1, out
+    assert out.strip().splitlines() == [
+        next(line for line in out.splitlines() if line.startswith("ERROR pip installs into user yolo's"))
+    ]
+
+
+# ---- the workstation ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ws(image: str) -> Iterator[Workstation]:
+    with tempfile.TemporaryDirectory(prefix="userbox-test-") as d:
+        tmp = Path(d)
+        wheels = tmp / "wheels"
+        wheels.mkdir()
+        for name, requires in (("rigdemo", ()), ("rignotebook", ()), ("rigneedsnew", ("numpy>=99",))):
+            make_wheel(wheels, name, requires=requires)
+        ws = start("userbox-test", tmp, RIG_UID="4321", RIG_GID="4322")
+        try:
+            up(ws)
+            ws.compose("cp", str(wheels), "workstation:/tmp/wheels")
+            ws.exec("chmod -R a+rX /tmp/wheels")
+            yield ws
+        finally:
+            ws.compose("down", "-v", "-t", "20", check=False)
+
+
+def kernel(ws: Workstation, code: str) -> str:
+    args = ("exec", "-T", "workstation", "timeout", "90", "python", "-", code, "end")
+    result = ws.compose(*args, input=KERNEL_CELL, check=False, timeout=120)
+    return result.stdout + result.stderr
+
+
+def test_every_login_shell_has_the_image_environment(ws: Workstation) -> None:
+    # `make shell` with the workstation running: `docker compose exec -u yolo workstation bash -l`.
+    shell = ws.compose("exec", "-T", "-u", "yolo", "workstation", "bash", "-lc", PROBE)
+    assert _result(shell.stdout) == YOLO_ENV
+    ssh_login = ws.ssh(f"bash -lc '{PROBE}'")
+    assert _result(ssh_login.stdout) == YOLO_ENV, ssh_login.stderr
+    ssh_command = ws.ssh(PROBE)  # `ssh host cmd`: no login shell, sshd's SetEnv alone
+    assert _result(ssh_command.stdout) == YOLO_ENV, ssh_command.stderr
+    args = ("exec", "-T", "workstation", "timeout", "40", "python", "-", PROBE, r"RESULT@@.*@@\r?\n")
+    terminal = ws.compose(*args, input=TERMINAL, check=False)
+    assert YOLO_ENV in terminal.stdout, terminal.stdout + terminal.stderr
+
+
+def test_pip_install_lands_in_the_users_prefix_for_new_sessions_and_kernels(ws: Workstation) -> None:
+    installed = ws.ssh("pip install --no-index /tmp/wheels/rigdemo-0.1-py3-none-any.whl", timeout=120)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert "Successfully installed rigdemo-0.1" in installed.stdout
+    again = ws.ssh("python -c 'import rigdemo; print(rigdemo.VALUE, rigdemo.__file__)'")
+    assert again.stdout.strip() == f"rigdemo 0.1 {SITE}/rigdemo/__init__.py", again.stderr
+    cell = kernel(ws, "import rigdemo; print(rigdemo.__file__)")
+    assert f"OUTPUT:{SITE}/rigdemo/__init__.py" in cell, cell
+    # `%pip install` in a notebook, then the import in that same kernel.
+    cell = kernel(
+        ws,
+        "%pip install --no-index /tmp/wheels/rignotebook-0.1-py3-none-any.whl\n"
+        "import rignotebook; print(rignotebook.VALUE)",
+    )
+    assert "Successfully installed rignotebook-0.1" in cell and "rignotebook 0.1" in cell, cell
+    doctor = ws.ssh("rig doctor | grep 'user packages'", timeout=120)
+    assert "2 added by you in" in doctor.stdout and "rigdemo 0.1" in doctor.stdout, doctor.stderr
+
+
+def test_roots_python_never_sees_the_users_packages(ws: Workstation) -> None:
+    ws.ssh("pip install --no-index /tmp/wheels/rigdemo-0.1-py3-none-any.whl", timeout=120)
+    # root's `docker compose exec`, plain and as a login shell: neither imports from ~/.local.
+    for argv in (["python", "-c", "import rigdemo"], ["bash", "-lc", "python -c 'import rigdemo'"]):
+        result = ws.compose("exec", "-T", "workstation", *argv, check=False)
+        assert result.returncode == 1 and "No module named 'rigdemo'" in result.stderr, result.stderr
+    supervisor = ws.exec(
+        "tr '\\0' '\\n' </proc/1/environ; tr '\\0' '\\n' </proc/$(pgrep -o -f 'rig serve')/environ"
+    )
+    assert "PYTHONPATH" not in supervisor
+
+
+def test_a_package_that_would_replace_a_pin_is_refused_in_one_line(ws: Workstation) -> None:
+    result = ws.ssh("pip install --no-index --find-links /tmp/wheels rigneedsnew", timeout=120)
+    assert result.returncode == 1
+    out = (result.stdout + result.stderr).strip().splitlines()
+    errors = [line for line in out if line.startswith("ERROR")]
+    assert len(errors) == 1, out
+    assert errors[0].startswith(
+        "ERROR pip: rigneedsnew 0.1 depends on numpy>=99 would replace the image's pinned numpy=="
+    ), out
+    assert "RIG_PIP_UNPINNED=1" in errors[0]
+    assert not any("conflict is caused" in line for line in out), out
+    assert "rigneedsnew" not in ws.ssh("pip list").stdout
+
+
+# ---- VS Code Remote-SSH: it forwards TCP to a server it starts as yolo on the container's loopback ---
+def test_ssh_local_forwarding_reaches_a_server_on_the_containers_loopback(ws: Workstation) -> None:
+    inside, local = 47123, free_port()
+    server = subprocess.Popen(
+        [
+            *ws.ssh_argv(),
+            "cd ~ && echo vscode-server-here > probe.txt && exec timeout 120 "
+            f"python -m http.server {inside} --bind 127.0.0.1",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    tunnel = subprocess.Popen(
+        [
+            *ws.ssh_argv()[:-1],
+            "-N",
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-L",
+            f"{local}:127.0.0.1:{inside}",
+            ws.ssh_argv()[-1],
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        body = wait_until(
+            lambda: requests.get(f"http://127.0.0.1:{local}/probe.txt", timeout=5).text, timeout=60
+        )
+        assert body.strip() == "vscode-server-here"
+    finally:
+        for proc in (tunnel, server):
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+# ---- the home folder: kept across down/up, never followed by root, authorized_keys ignored ----------
+def test_home_and_packages_survive_down_up_and_an_id_change(ws: Workstation) -> None:
+    ws.ssh("pip install --no-index /tmp/wheels/rigdemo-0.1-py3-none-any.whl", timeout=120)
+    other = ws.tmp / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    key = other.with_suffix(".pub").read_text().strip()
+    setup = ws.ssh(
+        "echo kept > ~/notes.txt && mkdir -p ~/.vscode-server/bin && echo 1 > ~/.vscode-server/bin/marker"
+        " && ln -s /etc/shadow ~/shadow-link && ln -s /etc ~/etc-link"
+        f" && mkdir -p ~/.ssh && echo '{key}' >> ~/.ssh/authorized_keys"
+    )
+    assert setup.returncode == 0, setup.stderr
+    shadow_before = ws.exec("stat -c %u:%g:%a /etc/shadow /etc/passwd")
+
+    assert ws.compose("down", "-t", "20").returncode == 0  # keeps the volumes
+    ws.env.update(RIG_UID="4400", RIG_GID="4401")  # and yolo's ids change: root re-owns the volume
+    up(ws)
+
+    assert ws.ssh("cat ~/notes.txt ~/.vscode-server/bin/marker").stdout.split() == ["kept", "1"]
+    assert ws.ssh("python -c 'import rigdemo; print(rigdemo.VALUE)'").stdout.strip() == "rigdemo 0.1"
+    owners = ws.ssh(f"stat -c %u:%g ~/notes.txt {SITE}/rigdemo/__init__.py ~/.bashrc").stdout.split()
+    assert owners == ["4400:4401"] * 3
+    # The re-owning walked past the links: what they point to is root's as before.
+    assert ws.exec("stat -c %u:%g:%a /etc/shadow /etc/passwd") == shadow_before
+    # A key added from inside a session is no key: only configuration grants logins.
+    argv = [
+        "ssh",
+        "-p",
+        str(ws.ssh_port),
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+    ]
+    argv += ["-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none", "-i", str(other)]
+    refused = subprocess.run(
+        [*argv, "yolo@127.0.0.1", "true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert refused.returncode == 255 and "Permission denied" in refused.stderr
