@@ -12,7 +12,8 @@ BASE_IMAGE ?= debian:bookworm-slim
 APT_MIRROR ?=
 DEBOOTSTRAP_MIRROR ?= $(if $(APT_MIRROR),$(APT_MIRROR),http://deb.debian.org/debian)
 PIP_INDEX_URL ?= https://pypi.org/simple
-# A CA bundle for TLS-intercepting proxies, handed to the build as a secret (never in a layer).
+# A CA bundle for TLS-intercepting proxies, handed to the build as a secret (never in a layer), and
+# mounted into the containers `make up`/`train`/`weights`/`datasets` start (HTTPS_PROXY & co. pass too).
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 GIT_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 PYTEST_ARGS ?=
@@ -103,7 +104,7 @@ RIG_GID ?= $(if $(RIG_UID),$(or $(call host_id,g),$(RIG_UID)))
 # NETWORK=host: `make weights`/`make datasets` on the host's network (a mirror on the host's loopback).
 NETWORK ?=
 compose_env = IMAGE=$(IMAGE):$(TAG) $(foreach v,RIG_UID RIG_GID,$(if $($(v)),$(v)=$($(v)))) \
-	$(foreach v,DATASETS_DIR WEIGHTS_DIR RUNS_DIR,$(if $($(v)),$(v)=$(abspath $($(v)))))
+	$(foreach v,DATASETS_DIR WEIGHTS_DIR RUNS_DIR CA_BUNDLE,$(if $($(v)),$(v)=$(abspath $($(v)))))
 compose_for = $(compose_env) docker compose -f compose.yaml $(if $(filter no,$(1)),-f compose.cpu.yaml) \
 	$(if $(RUNS_DIR),-f compose.runs.yaml)
 COMPOSE = $(call compose_for,$(GPU))

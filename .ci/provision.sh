@@ -12,6 +12,7 @@ command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v ssh >/dev/null || need_apt+=(openssh-client)
 command -v chromium >/dev/null || need_apt+=(chromium)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
+command -v openssl >/dev/null || need_apt+=(openssl)
 if ((${#need_apt[@]})); then
   log "apt-get install ${need_apt[*]}"
   apt-get update -qq

@@ -49,6 +49,8 @@ WRITABLE_BY_DESIGN = (
     # compose mounts /dev/null here when no authorized_keys file is given (find sees the mount
     # point's own type, a file, not the device).
     "/run/secrets/authorized_keys",
+    # and here when no CA_BUNDLE is given.
+    "/run/secrets/ca-bundle.pem",
 )
 
 

@@ -1,6 +1,7 @@
 """`rig exec -- CMD`: the image's ENTRYPOINT. Prepare the environment, then exec CMD.
 
-Started as root it gives user yolo the ids in RIG_UID/RIG_GID, applies the GPU environment, and
+Started as root it gives user yolo the ids in RIG_UID/RIG_GID, applies the GPU environment and the
+proxy's (rig.proxyenv), and
 runs CMD as yolo, except `rig serve` (sshd needs root; it drops privileges for its services) and
 RIG_USER=root. Started as another user (`docker run --user`), it execs CMD as that user.
 """
@@ -12,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rig import log
+from rig import log, proxyenv
 from rig.errors import RigError
 from rig.launch import gpuenv
 from rig.workstation import ownership, users
@@ -36,6 +37,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not command:
         raise RigError("rig exec: no command given; usage: rig exec -- COMMAND [ARG...]")
     env = gpuenv.updated(os.environ)  # the GPU variables; the user's own values win
+    env = proxyenv.updated(env, proxyenv.prepare_bundle())  # a corporate proxy and its CA, if given
     user = env.get("RIG_USER", "").strip()
     if user not in ("", users.USER, "root"):
         raise RigError(f"RIG_USER={user!r}: use `yolo` (the default) or `root`")
