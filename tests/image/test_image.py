@@ -233,7 +233,7 @@ def test_runtime_has_no_build_tools_uv_or_caches(containers: Containers) -> None
     script = (
         "for t in clang make cmake uv; do command -v $t && echo FOUND $t; done; "
         "for t in pip pip3; do grep -q rig.workstation.pipgate $(command -v $t) || echo FOUND $t; done; "
-        "/opt/venv/bin/python -c 'import pip' 2>/dev/null && echo FOUND pip in the venv; "
+        "/opt/venv/bin/python -I -c 'import pip' 2>/dev/null && echo FOUND pip in the venv; "
         "command -v g++ >/dev/null || echo FOUND no g++ for torch.compile; "
         "ls -d /root/.cache /home/*/.cache /opt/uv /var/lib/apt/lists/*.gz 2>/dev/null | sed 's/^/FOUND /'; "
         "find / -xdev \\( -name '*.whl' -o -path '*/.cache/pip*' -o -path '*/.cache/uv*' \\) 2>/dev/null "

@@ -48,6 +48,8 @@ def make_site(d: Path) -> None:
     (d / "srv/assets").mkdir(parents=True)
     with zipfile.ZipFile(d / "srv/assets/tiny.pt", "w") as z:  # what `rig weights get` accepts as a .pt
         z.writestr("tiny/data.pkl", b"\x80\x02}q\x00.")
+    with zipfile.ZipFile(d / "srv/assets/coco8.zip", "w") as z:  # what `rig datasets get coco8.yaml` unpacks
+        z.writestr("coco8/images/train/README", b"a stand-in\n")
     (d / "srv/simple/rigproxied").mkdir(parents=True)  # a PEP 503 index: http.server's folder listing
     make_wheel(d / "srv/simple/rigproxied", "rigproxied")
     for p in [d, *d.rglob("*")]:
@@ -105,11 +107,14 @@ def test_pip_in_a_session_goes_through_the_proxy_trusting_its_ca(ws: tuple[Works
     assert "CONNECT assets.test:443" in proxy_log(proxy)
 
 
-def test_rig_weights_get_and_a_kernel_go_through_the_proxy(ws: tuple[Workstation, str]) -> None:
+def test_rig_weights_and_datasets_get_and_a_kernel_go_through_the_proxy(ws: tuple[Workstation, str]) -> None:
     box, _ = ws
     got = box.ssh("rig weights get tiny.pt && ls /weights", timeout=180)
     assert got.returncode == 0, got.stdout + got.stderr
     assert "tiny.pt" in got.stdout.split()
+    data = box.ssh("rig datasets get coco8.yaml && ls /datasets/coco8/images/train", timeout=180)
+    assert data.returncode == 0, data.stdout + data.stderr
+    assert data.stdout.split()[-1] == "README"
     code = f"import requests; print(requests.get('{ASSETS}tiny.pt', timeout=30).status_code)"
     args = ("exec", "-T", "workstation", "timeout", "90", "python", "-", code, "end")
     cell = box.compose(*args, input=KERNEL_CELL, check=False, timeout=120)
