@@ -115,10 +115,10 @@ def test_rig_weights_and_datasets_get_and_a_kernel_go_through_the_proxy(ws: tupl
     data = box.ssh("rig datasets get coco8.yaml && ls /datasets/coco8/images/train", timeout=180)
     assert data.returncode == 0, data.stdout + data.stderr
     assert data.stdout.split()[-1] == "README"
-    code = f"import requests; print(requests.get('{ASSETS}tiny.pt', timeout=30).status_code)"
+    code = f"import requests; assert requests.get('{ASSETS}tiny.pt', timeout=30).status_code == 200"
     args = ("exec", "-T", "workstation", "timeout", "90", "python", "-", code, "end")
     cell = box.compose(*args, input=KERNEL_CELL, check=False, timeout=120)
-    assert "OUTPUT:200" in cell.stdout, cell.stdout + cell.stderr
+    assert "REPLY ok" in cell.stdout, cell.stdout + cell.stderr
 
 
 def test_without_the_proxy_or_its_ca_the_file_is_out_of_reach(ws: tuple[Workstation, str]) -> None:

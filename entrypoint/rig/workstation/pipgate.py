@@ -4,9 +4,10 @@
 the gate's `pip` package first, so a notebook's `%pip install` comes here too) run `main`. `plan`
 decides the real pip's command line and environment, a pure function: `install` goes to the
 user's prefix (rig.workstation.userenv; `--user` means it too), constrained by the image's lock
-unless RIG_PIP_UNPINNED=1. pip's multi-line resolution error about a pinned package becomes one
-line naming the pin; every other message passes through as pip wrote it (on stdout: pip prints
-part of an error there, the rest on stderr, so the gate reads both as one stream).
+unless RIG_PIP_UNPINNED=1, and pip manages that prefix alone (rig.workstation.piprun). pip's
+multi-line resolution error about a pinned package becomes one line naming the pin; every other
+message passes through as pip wrote it (on stdout: pip prints part of an error there, the rest on
+stderr, so the gate reads both as one stream).
 """
 
 from __future__ import annotations
@@ -76,13 +77,11 @@ def plan(
         extra: list[str] = []
         if not _given(args, _TARGETS):
             extra += ["--prefix", str(userenv.prefix(home))]
-        if environ.get(userenv.UNPINNED, "").strip() not in ("", "0"):
-            # pip would otherwise try to remove the image's copy (read-only) before installing its own.
-            extra.append("--ignore-installed")
-        else:
+        if environ.get(userenv.UNPINNED, "").strip() in ("", "0"):
             constraints = userenv.constraints(lock_text)
         args[at:at] = extra
-    return Invocation((python, str(userenv.PIP / "pip"), *args), env, constraints)
+    runner = (python, "-m", "rig.workstation.piprun", str(userenv.prefix(home)), str(userenv.PIP))
+    return Invocation((*runner, *args), env, constraints)
 
 
 def pin_conflict(stderr: str) -> str | None:

@@ -22,7 +22,8 @@ def plan(*args: str, **env: str) -> pipgate.Invocation:
 
 def test_install_goes_to_the_users_prefix_within_the_pins() -> None:
     inv = plan("install", "--user", "rigdemo")
-    assert inv.argv == ("/py", "/opt/rig/pip/pip", "install", "--prefix", "/home/yolo/.local", "rigdemo")
+    runner = ("/py", "-m", "rig.workstation.piprun", "/home/yolo/.local", "/opt/rig/pip")
+    assert inv.argv == (*runner, "install", "--prefix", "/home/yolo/.local", "rigdemo")
     assert inv.constraints == "numpy==1.26.4\n"
     # pip runs the real pip, which the gate's own `pip` package must not shadow.
     assert inv.env["PYTHONPATH"] == "/home/yolo/.local/lib/python3.11/site-packages"
@@ -30,15 +31,15 @@ def test_install_goes_to_the_users_prefix_within_the_pins() -> None:
 
 
 def test_an_explicit_target_is_kept_and_other_commands_pass_through() -> None:
-    assert plan("-q", "install", "--target=/tmp/x", "a").argv[2:] == ("-q", "install", "--target=/tmp/x", "a")
+    assert plan("-q", "install", "--target=/tmp/x", "a").argv[5:] == ("-q", "install", "--target=/tmp/x", "a")
     listed = plan("list")
-    assert listed.argv[2:] == ("list",) and listed.constraints is None
+    assert listed.argv[5:] == ("list",) and listed.constraints is None
 
 
 def test_unpinned_is_the_users_say_so() -> None:
     inv = plan("install", "numpy==2.0.0", RIG_PIP_UNPINNED="1")
     assert inv.constraints is None
-    assert inv.argv[2:] == ("install", "--prefix", "/home/yolo/.local", "--ignore-installed", "numpy==2.0.0")
+    assert inv.argv[5:] == ("install", "--prefix", "/home/yolo/.local", "numpy==2.0.0")
 
 
 def test_root_is_refused_in_one_line() -> None:
