@@ -26,6 +26,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         check_dataset=not args.dry_run,
         typed=typed(),
     )
+    if launch.done:
+        log.get("train").info("%s", launch.done)
+        return 0
     if args.dry_run:
         print(launch.shell())
         return 0
@@ -44,4 +47,4 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--dry-run", action="store_true", help="print the exact command and stop")
     p.add_argument("args", nargs="*", metavar="key=value", help="Ultralytics train arguments")
-    p.set_defaults(func=cmd_train)
+    p.set_defaults(func=cmd_train, intermixed="args")

@@ -20,7 +20,7 @@ from typing import Any
 import rig
 from rig import log, paths
 from rig.errors import RigError
-from rig.launch import binding, ddp, gpuenv, levers, nodes
+from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes
 from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
 from rig.spelling import AS_PARSED, Spelling
@@ -226,6 +226,7 @@ class Launch:
 
     command: list[str]
     env: dict[str, str]
+    done: str | None = None  # nothing to run (resume=auto of a finished run): why
 
     def shell(self) -> str:
         return shlex.join(["env", *(f"{k}={v}" for k, v in sorted(self.env.items())), *self.command])
@@ -318,15 +319,44 @@ def _resume(args: dict[str, str]) -> dict[str, str]:
     return {**args, "model": str(found[-1])}
 
 
-def _run_dir(args: dict[str, str]) -> tuple[dict[str, str], Path | None]:
-    if resume_of(args) is not False:
-        return args, None  # the checkpoint knows its run directory
+def _project(args: Mapping[str, str]) -> Path:
     project = Path(args["project"]) if args.get("project") else None
     if project is None or not project.is_absolute():
         base = _settings_dir("runs_dir", Path("runs").absolute()) / guess_task(args)
         project = base / project if project else base
+    return project
+
+
+def default_name(environ: Mapping[str, str]) -> str:
+    """train, or under a scheduler train-<job> (the same across the job's restarts: resume=auto)."""
+    job = nodes.job_name(environ)
+    return f"train-{job}" if job else "train"
+
+
+def _auto_resume(
+    args: dict[str, str], read: Callable[[Path], autoresume.RunState] = autoresume.read_state
+) -> tuple[dict[str, str], str | None]:
+    """resume=auto: resume=True from the run's last.pt, a fresh run in that directory, or (the
+    second value) why there is nothing to train."""
+    if args.get("resume", "").strip().lower() != "auto":
+        return args, None
+    rest = {k: v for k, v in args.items() if k != "resume"}
+    run_dir = _project(rest) / (rest.get("name") or default_name(os.environ))
+    decision = autoresume.decide(run_dir, read(run_dir))
+    if decision.kind == "finished":
+        return rest, decision.message
+    _logger.info("%s", decision.message)
+    if decision.kind == "resume":
+        return {**rest, "resume": "True", "model": str(run_dir / "weights" / "last.pt")}, None
+    return {**rest, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": "True"}, None
+
+
+def _run_dir(args: dict[str, str]) -> tuple[dict[str, str], Path | None]:
+    if resume_of(args) is not False:
+        return args, None  # the checkpoint knows its run directory
+    project = _project(args)
     exist_ok = args.get("exist_ok", "").lower() == "true"
-    run_dir = next_run_dir(project, args.get("name") or "train", exist_ok)
+    run_dir = next_run_dir(project, args.get("name") or default_name(os.environ), exist_ok)
     return {**args, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": "True"}, run_dir
 
 
@@ -439,6 +469,9 @@ def plan_train(
     world = len(plan) * node.nnodes
     check_batch(user, world, typed)
     _logger.info("%s", world_line(devices, node, len(plan)))
+    user, done = _auto_resume(user)
+    if done:
+        return Launch([], {}, done)
     user, lever_env = _levers(user, world=world, cpu=cpu)
     user = _resume(_defaults(user))
     user["device"] = devices.kind if cpu else ",".join(str(i) for i in gpu_ids)

@@ -22,7 +22,7 @@ from types import FrameType
 from typing import Any
 
 from rig import log
-from rig.launch import cpuddp, ddp, syncbn
+from rig.launch import autoresume, cpuddp, ddp, syncbn
 from rig.observe import telemetry
 from rig.yolo import cached_dataset
 
@@ -67,7 +67,7 @@ def parse_args(argv: Sequence[str], smart_value: Callable[[str], Any] | None = N
 
 # Marks a checkpoint saved by a stop mid-epoch, in its train_metrics (the one free-form dict of a
 # checkpoint that Ultralytics' resume does not validate).
-_STOPPED_MID_EPOCH = "rig/stopped_mid_epoch"
+_STOPPED_MID_EPOCH = autoresume.STOPPED_MID_EPOCH
 
 
 def stopped_mid_epoch(ckpt: Mapping[str, Any] | None) -> bool:
