@@ -213,6 +213,8 @@ def rig_trainer_class(base: type) -> type:
         def final_eval(self) -> Any:
             if self.rig_stopping:
                 return None
+            if self.world_size > 1 and not _best_on_every_rank(self):
+                return _final_eval_skipped(self)
             with self._cpu_ranks(lambda: cpuddp.validation(self.validator)):
                 return super().final_eval()
 
@@ -250,6 +252,33 @@ def rig_trainer_class(base: type) -> type:
                 )
 
     return RigTrainer
+
+
+def _best_on_every_rank(trainer: Any) -> bool:
+    """Whether every rank sees best.pt, agreed by all (global rank 0's file decides for it too).
+    Ultralytics lets each rank look for itself: a rank on a node without the run directory skips
+    the final validation its peers run, and they wait for it in a collective until the timeout."""
+    torch: Any = importlib.import_module("torch")
+    dist: Any = importlib.import_module("torch.distributed")
+    seen = torch.tensor([1 if trainer.best.exists() else 0], device=trainer.device)
+    dist.all_reduce(seen, op=dist.ReduceOp.MIN)
+    return bool(seen.item())
+
+
+def _final_eval_skipped(trainer: Any) -> None:
+    """Ultralytics' end of training without the final validation: rank 0 strips the checkpoints."""
+    if _rank() != 0:
+        return
+    strip: Any = importlib.import_module("ultralytics.utils.torch_utils").strip_optimizer
+    ckpt = strip(trainer.last) if trainer.last.exists() else {}
+    if trainer.best.exists():
+        strip(trainer.best, updates={"train_results": ckpt.get("train_results")})
+        _logger.warning(
+            "final validation skipped: %s is not visible to the ranks of every node (put the run "
+            "directory on storage every node shares); validate it with `yolo val model=%s`",
+            trainer.best,
+            trainer.best,
+        )
 
 
 class _FrozenStopper:
