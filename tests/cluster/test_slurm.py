@@ -57,7 +57,7 @@ def jobs(cluster: Cluster) -> Iterator[list[str]]:
 def trainer_ranks(cluster: Cluster, service: str) -> set[str]:
     """RANK of each trainer process running on a node (read as root from /proc)."""
     cmd = (
-        f"for p in $(pgrep -f -- '-m {TRAINER}'); do "
+        f"for p in $(pgrep -f -- '^\\S*python\\S* -m {TRAINER} '); do "
         "tr '\\0' '\\n' </proc/$p/environ 2>/dev/null | grep -E '^(RANK|WORLD_SIZE)='; done | sort -u"
     )
     rc, out = cluster.run(cmd, service=service, user="root")
@@ -65,9 +65,12 @@ def trainer_ranks(cluster: Cluster, service: str) -> set[str]:
 
 
 def wait_training(cluster: Cluster, job_id: str) -> None:
-    """Until both nodes run a trainer rank of the job."""
+    """Until both nodes run a trainer rank of the job and the first epoch has begun (the ranks'
+    stop handlers are in place)."""
     wait_until(
-        lambda: trainer_ranks(cluster, "node0") and trainer_ranks(cluster, "node1"),
+        lambda: "Starting training for" in cluster.output(job_id)
+        and trainer_ranks(cluster, "node0")
+        and trainer_ranks(cluster, "node1"),
         timeout=RUN_TIMEOUT,
         interval=1,
     )
