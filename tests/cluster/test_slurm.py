@@ -68,9 +68,11 @@ def wait_training(cluster: Cluster, job_id: str) -> None:
     """Until both nodes run a trainer rank of the job and the first epoch has begun (the ranks'
     stop handlers are in place)."""
     wait_until(
-        lambda: "Starting training for" in cluster.output(job_id)
-        and trainer_ranks(cluster, "node0")
-        and trainer_ranks(cluster, "node1"),
+        lambda: (
+            "Starting training for" in cluster.output(job_id)
+            and trainer_ranks(cluster, "node0")
+            and trainer_ranks(cluster, "node1")
+        ),
         timeout=RUN_TIMEOUT,
         interval=1,
     )
@@ -163,3 +165,16 @@ def test_a_lost_node_ends_the_run(cluster: Cluster, jobs: list[str]) -> None:
             timeout=180,
             interval=2,
         )
+
+
+def test_the_munge_key_is_made_at_start_never_baked(cluster: Cluster, docker_client: Any) -> None:
+    """The image holds no MUNGE key (Debian's postinst makes one: removed in the same layer); the
+    running cluster's is the one cluster-up made, readable by munge alone."""
+    image = cluster.container("controller").image
+    out = docker_client.containers.run(
+        image, entrypoint=["bash", "-c", "ls -A /etc/munge"], remove=True, stderr=True
+    ).decode()
+    assert out.strip() == "", out
+    for service in ("controller", "node0", "node1"):
+        mode = cluster.check("stat -c '%U %a' /etc/munge/munge.key", service=service, user="root")
+        assert mode.strip() == "munge 400", (service, mode)
