@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 # Generous: two ranks share a busy 2-core host with the cluster's daemons.
 RUN_TIMEOUT = 900
 TRAINER = "rig.launch.trainer"
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
 
 
 def train_args(epochs: int) -> str:
@@ -100,7 +101,7 @@ def test_scancel_signal_term_keeps_the_epoch(cluster: Cluster, jobs: list[str]) 
     wait_training(cluster, job_id)
     sent = float(cluster.check("date +%s.%N"))
     cluster.check(f"scancel --signal=TERM {job_id}")
-    job = cluster.wait_job(job_id, {"COMPLETED", "FAILED", "CANCELLED"}, RUN_TIMEOUT)
+    job = cluster.wait_job(job_id, ENDED, RUN_TIMEOUT)
     out = cluster.output(job_id)
     assert "stop requested" in out, out[-4000:]
     assert "Killed" not in out and "forcing job termination" not in out, out[-4000:]
@@ -124,8 +125,12 @@ def test_two_nodes_train_and_the_time_limit_warning_requeues(cluster: Cluster, j
     assert trainer_ranks(cluster, "node1") == {"RANK=1", "WORLD_SIZE=2"}
     wait_until(lambda: cluster.results_epochs(run_dir(job_id)) == [1], timeout=RUN_TIMEOUT, interval=1)
     cluster.check(f"scancel --signal=USR1 --batch {job_id}")
-    wait_until(lambda: cluster.job(job_id).restarts == 1, timeout=RUN_TIMEOUT, interval=1)
-    job = cluster.wait_job(job_id, {"COMPLETED", "FAILED", "CANCELLED"}, RUN_TIMEOUT)
+    wait_until(
+        lambda: cluster.job(job_id).restarts == 1 or cluster.job(job_id).state in ENDED,
+        timeout=RUN_TIMEOUT,
+        interval=1,
+    )
+    job = cluster.wait_job(job_id, ENDED, RUN_TIMEOUT)
     out = cluster.output(job_id)
     assert job.state == "COMPLETED", out[-4000:]
     assert job.restarts == 1
