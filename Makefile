@@ -225,10 +225,11 @@ cluster-up: cluster-image ## start the local Slurm cluster (controller, node0, n
 		|| rig demo-data /shared/datasets/demo $(CLUSTER_DEMO_ARGS) >/dev/null'
 	@echo "Next: make cluster-shell, then sbatch /opt/rig/deploy/slurm.sbatch (README: Multi-node)"
 
-# CMD is handed to bash as given, quotes and all (it reaches the recipe through the environment).
+# CMD is handed to bash as given, quotes, $ and all: its unexpanded value, single-quoted.
 .PHONY: cluster-shell
 cluster-shell: ## [CMD='squeue']: a login shell (or CMD) as yolo on the cluster's submit host
-	$(CLUSTER) exec $$([ -t 0 ] || echo -T) -u yolo -w /home/yolo controller bash -l $(if $(CMD),-c "$$CMD")
+	$(CLUSTER) exec $$([ -t 0 ] || echo -T) -u yolo -w /home/yolo controller bash -l \
+		$(if $(value CMD),-c '$(subst ','"'"',$(value CMD))')
 
 .PHONY: cluster-down
 cluster-down: ## remove the local cluster's containers and volumes
