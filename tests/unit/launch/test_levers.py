@@ -38,7 +38,7 @@ def test_a_switch_reads_as_ultralytics_reads_it(raw: str | None, on: bool) -> No
         ({"compile": "True"}, 8, False, {}, None),
         ({"sync_bn": "True"}, 2, False, {"RIG_SYNC_BN": "1"}, None),
         ({"sync_bn": "True"}, 1, False, {}, "sync_bn=True ignored: one rank"),
-        ({"sync_bn": "True"}, 1, True, {}, "sync_bn=True ignored: device=cpu trains in one process"),
+        ({"sync_bn": "True"}, 1, True, {}, "sync_bn=True ignored: device=cpu, and torch's SyncBatchNorm takes GPU tensors only"),
         ({"sync_bn": "False"}, 4, False, {}, None),
         ({}, 4, False, {}, None),
     ],
