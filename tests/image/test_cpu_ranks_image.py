@@ -99,6 +99,7 @@ def test_two_containers_train_as_two_nodes_on_cpu_ranks(containers: Containers, 
                 "NODE_RANK": str(rank),
                 "MASTER_ADDR": "node0",
                 "MASTER_PORT": "29431",
+                "RIG_NCCL_TIMEOUT": "300",  # a rank left waiting in a collective fails in minutes
             },
         }
         for rank in (0, 1)
