@@ -61,11 +61,11 @@ $(VENV)/.synced: uv.lock pyproject.toml
 	touch $@
 
 .PHONY: lint
-lint: venv ## ruff, mypy on entrypoint/, hadolint on the Dockerfile
+lint: venv ## ruff, mypy on entrypoint/, hadolint on the Dockerfiles
 	$(VENV)/bin/ruff check entrypoint tests tools
 	$(VENV)/bin/ruff format --check entrypoint tests tools
 	$(VENV)/bin/mypy
-	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/hadolint Dockerfile docker/cluster/Dockerfile
 
 .PHONY: test-unit
 test-unit: venv ## the host tests (tests/unit): seconds, no Docker
@@ -73,7 +73,7 @@ test-unit: venv ## the host tests (tests/unit): seconds, no Docker
 
 .PHONY: test
 test: lint build ## lint, build the image, run every CPU test (tests/unit, then tests/image against it)
-	IMAGE=$(IMAGE):$(TAG) PYTHONPATH=entrypoint $(VENV)/bin/pytest -m 'not gpu' $(PYTEST_ARGS)
+	IMAGE=$(IMAGE):$(TAG) PYTHONPATH=entrypoint $(VENV)/bin/pytest -m 'not gpu and not cluster' $(PYTEST_ARGS)
 
 # CI runs `make test` on the default stack, then this on the other: what a stack can break.
 .PHONY: test-stack
@@ -205,3 +205,41 @@ BENCH_JSON ?= bench.json
 .PHONY: bench
 bench: host-dirs | image ## [BENCH_ARGS="--quick --no-amp --compile --imgsz 640 --batch 16 --workers 8 --data Y"]: loader vs step
 	$(COMPOSE) run --rm --no-deps -T workstation rig bench --json - $(BENCH_ARGS) > $(BENCH_JSON)
+
+# The local Slurm cluster (docker/cluster/): a controller and two compute nodes from a test layer on
+# the image, compose project yolo-rig-cluster; the tests marked `cluster` run against it.
+CLUSTER_IMAGE ?= $(IMAGE):$(TAG)-slurm
+CLUSTER = CLUSTER_IMAGE=$(CLUSTER_IMAGE) docker compose -f docker/cluster/compose.yaml
+CMD ?=
+# The demo dataset on the shared file system, small enough for CPU ranks.
+CLUSTER_DEMO_ARGS ?= --train 32 --val 8 --imgsz 96
+
+.PHONY: cluster-image
+cluster-image: image ## [STACK=...]: build $(CLUSTER_IMAGE), the image plus Debian's Slurm and MUNGE
+	DOCKER_BUILDKIT=1 docker build --build-arg IMAGE=$(IMAGE):$(TAG) --build-arg APT_MIRROR=$(APT_MIRROR) \
+		$(if $(CA_BUNDLE),--secret id=ca$(comma)src=$(CA_BUNDLE)) -t $(CLUSTER_IMAGE) docker/cluster
+
+.PHONY: cluster-up
+cluster-up: cluster-image ## start the local Slurm cluster (controller, node0, node1) with the demo dataset
+	$(CLUSTER) up -d --wait
+	$(CLUSTER) exec -T -u yolo controller bash -lc '[ -f /shared/datasets/demo/data.yaml ] \
+		|| rig demo-data /shared/datasets/demo $(CLUSTER_DEMO_ARGS) >/dev/null'
+	@echo "Next: make cluster-shell, then sbatch /opt/rig/deploy/slurm.sbatch (README: Multi-node)"
+
+# CMD is handed to bash as given, quotes, $ and all: its unexpanded value, single-quoted.
+.PHONY: cluster-shell
+cluster-shell: ## [CMD='squeue']: a login shell (or CMD) as yolo on the cluster's submit host
+	$(CLUSTER) exec $$([ -t 0 ] || echo -T) -u yolo -w /home/yolo controller bash -l \
+		$(if $(value CMD),-c '$(subst ','"'"',$(value CMD))')
+
+.PHONY: cluster-down
+cluster-down: ## remove the local cluster's containers and volumes
+	$(CLUSTER) down --volumes --remove-orphans --timeout 10
+
+# The cluster always goes, also when a test fails.
+.PHONY: test-cluster
+test-cluster: venv ## start the local cluster, run the tests marked `cluster` on it, remove it
+	rc=0; $(MAKE) --no-print-directory cluster-up \
+		&& CLUSTER_IMAGE=$(CLUSTER_IMAGE) IMAGE=$(IMAGE):$(TAG) PYTHONPATH=entrypoint \
+			$(VENV)/bin/pytest -m cluster tests/cluster $(PYTEST_ARGS) || rc=$$?; \
+	$(MAKE) --no-print-directory cluster-down; exit $$rc

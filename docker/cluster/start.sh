@@ -1,0 +1,47 @@
+#!/bin/bash
+# The local cluster's containers (compose.yaml), one role each:
+#   keygen      a one-shot that writes the cluster's MUNGE key into the shared `munge` volume
+#               when it holds none (made at `make cluster-up`, never baked in a layer);
+#   controller  munged + slurmctld, and the submit host (`make cluster-shell`);
+#   node        munged + slurmd, with four fake GPU device files for the GPU scheduling.
+set -euo pipefail
+
+key=/etc/munge/munge.key
+log() { echo "INFO cluster: $*"; }
+
+case ${1:-} in
+  keygen)
+    if [[ ! -s $key ]]; then
+      mungekey --create --keyfile="$key.new" --force
+      chown munge:munge "$key.new"
+      chmod 0400 "$key.new"
+      mv "$key.new" "$key"
+      log "generated the cluster's MUNGE key"
+    fi
+    exit 0
+    ;;
+  controller | node) ;;
+  *)
+    echo "ERROR cluster: unknown role ${1:-(none)}; use keygen, controller or node" >&2
+    exit 2
+    ;;
+esac
+
+[[ -s $key ]] || { echo "ERROR cluster: no MUNGE key in $key; start the cluster with make cluster-up" >&2; exit 1; }
+install -d -o munge -g munge -m 0755 /run/munge
+runuser -u munge -- /usr/sbin/munged
+install -d -o slurm -g slurm -m 0755 /var/log/slurm
+
+if [[ $1 == controller ]]; then
+  install -d -o slurm -g slurm -m 0700 /var/spool/slurmctld
+  log "slurmctld on $(hostname)"
+  exec /usr/sbin/slurmctld -D -s
+fi
+
+# Character devices with NVIDIA's major number and no driver behind them: Slurm only stats them.
+for i in 0 1 2 3; do
+  [[ -e /dev/nvidia$i ]] || mknod -m 0666 "/dev/nvidia$i" c 195 "$i"
+done
+install -d -m 0755 /var/spool/slurmd
+log "slurmd on $(hostname)"
+exec /usr/sbin/slurmd -D -s

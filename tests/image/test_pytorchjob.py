@@ -1,0 +1,137 @@
+"""deploy/pytorchjob.yaml as the training operator runs it, without Kubernetes: two containers of the
+image started as its pods (names and host names, the manifest's args with the entrypoint kept, the
+container's env then the operator's, its volumes), which train together over CPU ranks (gloo).
+
+For CPUs and a small run, the test changes only what it must: `--gpus=all` becomes `device=cpu` with
+RIG_CPU_RANKS=1, and the data, model, epochs, imgsz and batch are the demo's, tiny.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers import pytorchjob
+from tests.helpers.containers import Containers
+
+pytestmark = [pytest.mark.image, pytest.mark.slow]
+
+TINY = {
+    "data": "/datasets/demo/data.yaml",
+    "model": "yolo11n.yaml",
+    "epochs": "2",
+    "imgsz": "64",
+    "batch": "2",
+    "plots": "False",
+}
+
+
+def cpu_args(args: list[str]) -> list[str]:
+    """The manifest's args on CPU ranks, with the tiny run's values in place of its own."""
+    out = []
+    for arg in args:
+        if arg.startswith("--gpus"):
+            out.append("device=cpu")
+            continue
+        key = arg.partition("=")[0]
+        out.append(f"{key}={TINY[key]}" if key in TINY else arg)
+    out += [f"{k}={v}" for k, v in TINY.items() if not any(a.startswith(f"{k}=") for a in args)]
+    return out
+
+
+@pytest.fixture
+def network(docker_client: Any) -> Iterator[Any]:
+    net = docker_client.networks.create(f"rig-test-{uuid.uuid4().hex[:10]}")
+    try:
+        yield net
+    finally:
+        with contextlib.suppress(Exception):
+            net.remove()
+
+
+@pytest.fixture
+def claims(docker_client: Any) -> Iterator[dict[str, str]]:
+    """One Docker volume per persistentVolumeClaim, shared by the pods as the claims are."""
+    made: dict[str, Any] = {}
+    tag = uuid.uuid4().hex[:10]
+    job = pytorchjob.load()
+    for volume in job.spec.pytorch_replica_specs["Master"].template.spec.volumes:
+        if volume.persistent_volume_claim:
+            made[volume.name] = docker_client.volumes.create(
+                f"rig-test-{tag}-{volume.persistent_volume_claim.claim_name}"
+            )
+    try:
+        yield {name: v.name for name, v in made.items()}
+    finally:
+        for v in made.values():
+            with contextlib.suppress(Exception):
+                v.remove(force=True)
+
+
+def pod_mounts(job: Any, claims: dict[str, str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """The pod's volumeMounts: claims as the shared volumes, emptyDir as the pod's own tmpfs (the
+    memory-backed /dev/shm is Docker's own, sized by the caller)."""
+    spec = job.spec.pytorch_replica_specs["Master"].template.spec
+    volumes = {v.name: v for v in spec.volumes}
+    binds: dict[str, dict[str, str]] = {}
+    tmpfs: dict[str, str] = {}
+    for mount in pytorchjob.container(job).volume_mounts:
+        volume = volumes[mount.name]
+        if volume.persistent_volume_claim:
+            binds[claims[mount.name]] = {"bind": mount.mount_path, "mode": "rw"}
+        elif volume.empty_dir is not None and mount.mount_path != "/dev/shm":
+            tmpfs[mount.mount_path] = ""
+    return binds, tmpfs
+
+
+def test_two_pods_train_together_as_the_operator_starts_them(
+    containers: Containers, network: Any, claims: dict[str, str]
+) -> None:
+    job = pytorchjob.load()
+    binds, tmpfs = pod_mounts(job, claims)
+    c = pytorchjob.container(job)
+    caps = list((c.security_context.capabilities.add or []) if c.security_context else [])
+    rc, out = containers.oneshot(
+        ["rig", "demo-data", "/datasets/demo", "--train", "16", "--val", "4", "--imgsz", "64"],
+        volumes=binds,
+        timeout=300,
+    )
+    assert rc == 0, out
+
+    started = []
+    for pod in pytorchjob.pods(job):
+        env = {**pod.environment(), "RIG_CPU_RANKS": "1"}
+        started.append(
+            containers.run(
+                cpu_args(pod.args),
+                name=f"rig-test-{uuid.uuid4().hex[:6]}-{pod.name}",
+                hostname=pod.name,
+                environment=env,
+                volumes=binds,
+                tmpfs=tmpfs,
+                cap_add=caps,
+                shm_size="1g",
+                network=network.name,
+                networking_config={
+                    network.name: containers.client.api.create_endpoint_config(aliases=[pod.name])
+                },
+            )
+        )
+    codes = [int(p.wait(timeout=1200)["StatusCode"]) for p in started]
+    logs = [p.logs().decode(errors="replace") for p in started]
+    assert codes == [0, 0], "\n\n".join(log[-4000:] for log in logs)
+    for log in logs:
+        assert "world: 2 ranks = 2 nodes x 1 rank per node (cpu, gloo)" in log, log[-4000:]
+
+    # The run is named after the job (resume=auto finds it again after a restart): two epochs, once each.
+    project = next(a.partition("=")[2] for a in c.args if a.startswith("project="))
+    rc, out = containers.oneshot(
+        ["cat", f"{project}/train-{job.metadata.name}/results.csv"], volumes=binds, timeout=120
+    )
+    assert rc == 0, out
+    epochs = [int(float(line.split(",")[0])) for line in out.splitlines()[1:] if line.strip()]
+    assert epochs == [1, 2], out
