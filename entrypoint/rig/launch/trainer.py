@@ -149,8 +149,9 @@ def rig_trainer_class(base: type) -> type:
                 torch.cuda.set_device(setup.device_index)
                 self.device = torch.device("cuda", setup.device_index)
                 self.accelerator = torch.cuda
+            # Without the blocking wait, torch's own async error handling (its default, 3: abort the
+            # communicators and end the process without their clean-up) ends a job stuck on a lost rank.
             os.environ.pop("TORCH_NCCL_BLOCKING_WAIT", None)
-            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
             dist.init_process_group(
                 backend=setup.backend,
                 timeout=timedelta(seconds=setup.timeout_s),
