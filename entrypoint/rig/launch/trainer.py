@@ -22,7 +22,7 @@ from types import FrameType
 from typing import Any
 
 from rig import log
-from rig.launch import ddp, syncbn
+from rig.launch import checkpoints, ddp, syncbn
 from rig.observe import telemetry
 from rig.yolo import cached_dataset
 
@@ -201,6 +201,10 @@ def rig_trainer_class(base: type) -> type:
                 super().save_metrics(metrics)
 
         def save_model(self) -> Any:
+            with checkpoints.atomic_saves(self):  # a kill mid-save leaves the old file or the new one
+                return self._rig_save_model()
+
+        def _rig_save_model(self) -> Any:
             if not self.rig_stopping:
                 return super().save_model()
             # Saved as the end of the epoch before (resume starts at epoch + 1), marked so that resume
