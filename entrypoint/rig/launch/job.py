@@ -181,6 +181,26 @@ def next_run_dir(project: Path, name: str, exist_ok: bool) -> Path:
     return project / f"{name}-{n}"
 
 
+def reserve_run_dir(project: Path, name: str, exist_ok: bool) -> Path:
+    """next_run_dir, taken with an atomic mkdir: of two launches started at once, one gets train and
+    the other train-2, never both the same folder (the ranks then write into it with exist_ok)."""
+    path, n = project / name, 2
+    try:
+        project.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                path.mkdir(exist_ok=exist_ok)
+                return path
+            except FileExistsError:
+                if not path.is_dir():
+                    raise
+                path, n = project / f"{name}-{n}", n + 1
+    except OSError as e:
+        raise RigError(
+            f"cannot create the run directory {path} ({e.strerror or e}); give project= a writable folder"
+        ) from None
+
+
 def torchrun_command(
     plan: Sequence[binding.RankBinding],
     node: nodes.NodeSpec,
@@ -317,7 +337,8 @@ def _resume(args: dict[str, str]) -> dict[str, str]:
     return {**args, "model": str(found[-1])}
 
 
-def _run_dir(args: dict[str, str]) -> tuple[dict[str, str], Path | None]:
+def _run_dir(args: dict[str, str], reserve: bool = True) -> tuple[dict[str, str], Path | None]:
+    """The run's folder, decided once for every rank; reserved (created) unless this is a dry run."""
     if resume_of(args) is not False:
         return args, None  # the checkpoint knows its run directory
     project = Path(args["project"]) if args.get("project") else None
@@ -325,7 +346,7 @@ def _run_dir(args: dict[str, str]) -> tuple[dict[str, str], Path | None]:
         base = _settings_dir("runs_dir", Path("runs").absolute()) / guess_task(args)
         project = base / project if project else base
     exist_ok = args.get("exist_ok", "").lower() == "true"
-    run_dir = next_run_dir(project, args.get("name") or "train", exist_ok)
+    run_dir = (reserve_run_dir if reserve else next_run_dir)(project, args.get("name") or "train", exist_ok)
     return {**args, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": "True"}, run_dir
 
 
@@ -385,7 +406,7 @@ def plan_train(
         user = _resume(_defaults(user))
         threads = gpuenv.default_threads()
         user.update(_tuning(user, threads, 1))
-        user, run_dir = _run_dir(user)
+        user, run_dir = _run_dir(user, reserve=check_dataset)
         env = {**_env_delta(threads), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
         return Launch([python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())], env)
 
@@ -403,7 +424,7 @@ def plan_train(
         user["batch"] = str(batch[0])
         _logger.info("batch=%d: %s", *batch)
     user.update(_tuning(user, len(plan[0].cpus), len(plan), world))
-    user, run_dir = _run_dir(user)
+    user, run_dir = _run_dir(user, reserve=check_dataset)
     if check_dataset:
         _check_dataset(user)
     program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
