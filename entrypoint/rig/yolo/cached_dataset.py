@@ -159,7 +159,7 @@ def _obtain(ds: Any, base: Any) -> imagecache.Images:
             got.path,
             got.seconds,
         )
-    return imagecache.Images(got.path, got.index, ds.im_files)
+    return imagecache.Images(got.path, got.index, ds.im_files, got.held)
 
 
 def wanted(cfg: Any) -> bool:
