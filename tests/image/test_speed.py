@@ -74,5 +74,9 @@ def test_sync_bn_converts_the_trainers_model_and_no_checkpoint_keeps_it(containe
     assert "EMA-MADE ['SyncBatchNorm']" in logs  # what Ultralytics' EMA copies
     assert re.search(r"^EMA \['BatchNorm2d'\] True$", logs, re.MULTILINE), logs[-3000:]
     assert "CKPT ['BatchNorm2d']" in logs
+    # freeze=2: the frozen layers' norms stay in eval (Ultralytics only looks for BatchNorm2d).
+    assert "FROZEN 2 training: 0 others training: True" in logs, logs[-3000:]
+    # NaN recovery remakes the EMA from the SyncBatchNorm model: it and the next checkpoint are plain.
+    assert "RECOVERED-EMA ['BatchNorm2d']" in logs and "RECOVERED-CKPT ['BatchNorm2d']" in logs, logs[-3000:]
     assert "FINETUNED" in logs  # the checkpoint fine-tunes on the CPU
     assert "sync_bn: 81 BatchNorm layers synchronised over the 2 ranks" in logs

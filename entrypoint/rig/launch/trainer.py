@@ -126,6 +126,7 @@ def rig_trainer_class(base: type) -> type:
 
     class RigTrainer(base):  # type: ignore[misc]
         rig_stopping = False
+        rig_sync_bn = False  # the model's BatchNorm2d layers are SyncBatchNorm
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -177,6 +178,16 @@ def rig_trainer_class(base: type) -> type:
             # Here: after the model is on its device, before compile and the DDP wrap.
             if syncbn.wanted(os.environ) and self.world_size > 1:
                 _use_sync_batchnorm(self)
+
+        def _model_train(self) -> None:
+            super()._model_train()
+            if self.rig_sync_bn:  # Ultralytics keeps frozen layers' BatchNorm2d in eval, not SyncBatchNorm
+                syncbn.keep_frozen_in_eval(self.model, self.freeze_layer_names)
+
+        def _load_checkpoint_state(self, ckpt: dict[str, Any]) -> None:
+            super()._load_checkpoint_state(ckpt)
+            if self.rig_sync_bn:  # resume and NaN recovery make a new EMA from the SyncBatchNorm model
+                _ema_with_plain_batchnorm(self)
 
         def _setup_train(self) -> Any:
             # Ultralytics' AMP check loads yolo26n.pt and, when it is missing, tries to download it
@@ -238,6 +249,7 @@ def rig_trainer_class(base: type) -> type:
 
 def _use_sync_batchnorm(trainer: Any) -> None:
     trainer.model, layers = syncbn.to_sync_batchnorm(trainer.model)
+    trainer.rig_sync_bn = True
     trainer.add_callback("on_pretrain_routine_end", _ema_with_plain_batchnorm)
     if _rank() == 0:
         _logger.info(
