@@ -292,11 +292,14 @@ def _tuning(
 
 
 def _levers(user_args: dict[str, str], *, world: int, cpu: bool) -> tuple[dict[str, str], dict[str, str]]:
-    """compile and sync_bn (rig.launch.levers): the arguments without rig's own, the trainer's variables."""
-    decided = levers.decide(user_args, world=world, cpu=cpu, typed=levers.ultralytics_value())
-    for warning in decided.warnings:
+    """compile and sync_bn (rig.launch.levers): the arguments without rig's own, the trainer's variables;
+    rect= off for training with more than one rank (rig.launch.ddp)."""
+    typed = levers.ultralytics_value()
+    decided = levers.decide(user_args, world=world, cpu=cpu, typed=typed)
+    args, rect_warning = ddp.without_rect(decided.args, world, typed)
+    for warning in (*decided.warnings, *([rect_warning] if rect_warning else [])):
         _logger.warning("%s", warning)
-    return decided.args, decided.env
+    return args, decided.env
 
 
 def resume_of(args: Mapping[str, str]) -> bool | str:
