@@ -24,7 +24,7 @@ from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes
 from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
 from rig.spelling import AS_PARSED, Spelling
-from rig.yolo import tuning
+from rig.yolo import prepare, tuning
 
 _logger = log.get("launch")
 
@@ -508,6 +508,8 @@ def plan_train(
     user, run_dir = _run_dir(user, reserve=check_dataset)
     if check_dataset:
         _check_dataset(user)
+        if prepare.wanted(user, guess_task(user), world):  # before any rank waits on another
+            user = prepare.before_ranks(user, nranks=len(plan), world=world)
     python = sys.executable
     program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
     env = {**_env_delta(len(plan[0].cpus)), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
