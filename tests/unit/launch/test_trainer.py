@@ -41,7 +41,8 @@ def test_trainer_uses_the_global_world_size_and_skips_validation_when_stopping(
     assert cls(1).world_size == 8  # one GPU per node is still DDP across the nodes
     assert cls(0).world_size == 0  # device=cpu: Ultralytics never runs DDP on the CPU
     monkeypatch.setenv("WORLD_SIZE", "1")
-    assert cls(1).world_size == 1
+    t = cls(1)  # one rank: no final-validation agreement to reach (the image tests run it over gloo)
+    assert t.world_size == 1
     assert t.validate() == "validated" and t.final_eval() == "final"
     t.rig_stopping = True  # a SIGTERM grace period has no room for a validation pass
     assert t.validate() == ({"m": 1.0}, 0.5) and t.final_eval() is None
