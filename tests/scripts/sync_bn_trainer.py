@@ -24,7 +24,14 @@ def kinds(model: nn.Module) -> list[str]:
 log.setup()  # as the trainer's main does: rig's INFO lines on stderr
 args = {"data": "/tmp/demo/data.yaml", "model": "yolo11n.yaml", "epochs": 1, "imgsz": 64, "device": "cpu"}
 t = rig_trainer.rig_trainer_class(DetectionTrainer)(
-    overrides={**args, "project": "/tmp/runs", "name": "sync", "exist_ok": True, "plots": False}
+    overrides={
+        **args,
+        "project": "/tmp/runs",
+        "name": "sync",
+        "exist_ok": True,
+        "plots": False,
+        "compile": True,
+    }
 )
 t.world_size = 2
 t.setup_model()  # what _setup_train does, up to set_model_attributes

@@ -73,3 +73,19 @@ def keep_frozen_in_eval(model: Any, frozen_names: Sequence[str]) -> int:
             module.eval()
             count += 1
     return count
+
+
+def compile_warning(layers: int, compile_value: Any, torch_version: str) -> str | None:
+    """What sync_bn costs torch.compile (compile= as Ultralytics reads it; None: not compiled).
+
+    SyncBatchNorm's training forward runs its statistics through collectives inside a custom autograd
+    Function, which dynamo does not trace: each layer breaks the graph (at least once), and every step
+    returns to Python between the compiled pieces."""
+    if not compile_value:
+        return None
+    return (
+        f"sync_bn=True with compile={compile_value}: torch {torch_version} does not compile SyncBatchNorm; "
+        f"dynamo breaks the model's graph at each of its {layers} SyncBatchNorm layers (at least {layers} "
+        f"graph breaks, {layers + 1} or more compiled pieces with Python between them at every step), so "
+        "compile gains little here: measure with `rig bench --compile`, or train with one of the two"
+    )

@@ -315,6 +315,10 @@ def _use_sync_batchnorm(trainer: Any) -> None:
     trainer.model, layers = syncbn.to_sync_batchnorm(trainer.model)
     trainer.rig_sync_bn = True
     trainer.add_callback("on_pretrain_routine_end", _ema_with_plain_batchnorm)
+    torch: Any = importlib.import_module("torch")
+    compiled = syncbn.compile_warning(layers, getattr(trainer.args, "compile", False), torch.__version__)
+    if compiled and _rank() == 0:
+        _logger.warning("%s", compiled)
     if _rank() == 0:
         _logger.info(
             "sync_bn: %d BatchNorm layers synchronised over the %d ranks (two small collectives each, "
