@@ -79,7 +79,10 @@ for line in (out / "topo.txt").read_text().splitlines():
         report["problems"].append(f"GPU{i} missing from rig's topology")
         continue
     numa = row.get("NUMA Affinity", "N/A")
-    if numa not in ("N/A", "") and numa.isdigit() and int(numa) != gpu.numa_node:
+    # A VM with one NUMA node may give the GPU no node in /sys (-1) where nvidia-smi says 0.
+    online = Path("/sys/devices/system/node/online")
+    one_node = not online.exists() or online.read_text().strip() in ("", "0")
+    if numa.isdigit() and int(numa) != gpu.numa_node and not (gpu.numa_node == -1 and one_node):
         report["problems"].append(f"GPU{i}: NUMA {gpu.numa_node} vs nvidia-smi {numa}")
     cpus = row.get("CPU Affinity", "N/A")
     if re.fullmatch(r"[0-9,\-]+", cpus or "") and parse_cpulist(cpus) != gpu.local_cpus:
@@ -162,7 +165,7 @@ ranks() {
 }
 torchrun_pid() { pgrep -f -- "-m rig.launch.torchrun .*name=$1( |$)" | head -1; }
 start_run() { # name
-    ( exec "$PY" -m rig train --gpus 1 data="$OUT/demo/data.yaml" model=yolo11n.yaml epochs=50 imgsz=320 \
+    ( "$PY" -m rig train --gpus 1 data="$OUT/demo/data.yaml" model=yolo11n.yaml epochs=50 imgsz=320 \
         batch=8 project="$OUT/runs" name="$1" plots=False >"$OUT/$1.log" 2>&1; echo $? >"$OUT/$1.rc" ) &
     for _ in $(seq 1 180); do grep -q "Starting training for" "$OUT/$1.log" 2>/dev/null && break; sleep 1; done
     sleep 5
@@ -231,9 +234,10 @@ fi
 
 # 8. sync_bn with compile: how many graph breaks SyncBatchNorm costs dynamo with this torch (a fake
 # two-rank process group on this one GPU: the breaks are dynamo's, the collectives do nothing).
-if timeout 240 "$PY" "$REPO/tools/gpu_check_syncbn_compile.py" >"$OUT/syncbn.log" 2>&1; then
-    result syncbn-compile pass "$(grep '^SYNCBN ' "$OUT/syncbn.log" | tr '\n' ' ')"
-else
-    result syncbn-compile fail "see syncbn.log"
-fi
+timeout 240 "$PY" "$REPO/tools/gpu_check_syncbn_compile.py" >"$OUT/syncbn.log" 2>&1
+case $? in
+    0) result syncbn-compile pass "$(grep '^SYNCBN ' "$OUT/syncbn.log" | tr '\n' ' ')" ;;
+    2) result syncbn-compile skip "$(grep '^SYNCBN not measured' "$OUT/syncbn.log" | head -c 300)" ;;
+    *) result syncbn-compile fail "fewer breaks than SyncBatchNorm layers, or it crashed: see syncbn.log" ;;
+esac
 exit "$status"

@@ -81,7 +81,7 @@ def test_a_node_cache_unusable_at_run_time_turns_cache_off_not_a_copy_per_rank(
     # /cache on a small local disk: room for the images (the launch counts one copy per node), less
     # than the cache keeps free (1 GiB), so the build at run time finds it unusable.
     rc, logs = _train(
-        containers, "", environment={"RIG_CACHE_DIR": "/cache"}, tmpfs={"/cache": "size=64m,mode=1777"}
+        containers, "", environment={"RIG_CACHE_DIR": "/cache"}, tmpfs={"/cache": "size=64m,uid=1000,gid=1000"}
     )
     assert rc == 0, logs[-4000:]
     assert re.search(r"INFO launch: cache=ram: .* one copy per node", logs), logs[-4000:]
