@@ -4,7 +4,7 @@
 - rect=True with two ranks trains (rect off for training, one WARNING) instead of hanging;
 - the label scan and the node image cache are built by the launcher before any rank waits on another;
 - a node cache that cannot be used at run time turns cache off, never one copy per rank;
-- sync_bn=True with compile=True says how many graph breaks SyncBatchNorm costs.
+- a SIGKILL during Ultralytics' own save_model leaves last.pt and best.pt whole.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from tests.helpers import SCRIPTS
 from tests.helpers.containers import Containers
 
 pytestmark = pytest.mark.image
@@ -81,7 +82,10 @@ def test_a_node_cache_unusable_at_run_time_turns_cache_off_not_a_copy_per_rank(
     # /cache on a small local disk: room for the images (the launch counts one copy per node), less
     # than the cache keeps free (1 GiB), so the build at run time finds it unusable.
     rc, logs = _train(
-        containers, "", environment={"RIG_CACHE_DIR": "/cache"}, tmpfs={"/cache": "size=64m,uid=1000,gid=1000"}
+        containers,
+        "",
+        environment={"RIG_CACHE_DIR": "/cache"},
+        tmpfs={"/cache": "size=64m,uid=1000,gid=1000"},
     )
     assert rc == 0, logs[-4000:]
     assert re.search(r"INFO launch: cache=ram: .* one copy per node", logs), logs[-4000:]
@@ -90,3 +94,22 @@ def test_a_node_cache_unusable_at_run_time_turns_cache_off_not_a_copy_per_rank(
     executing = next(line for line in logs.splitlines() if "Executing:" in line)
     assert " cache=False " in executing, executing
     assert "Caching images" not in logs, logs[-4000:]  # Ultralytics' own cache=ram: a copy per rank
+
+
+# ---- issue 21 item 4 ----------------------------------------------------------------------------------
+def test_a_sigkill_during_ultralytics_save_model_leaves_whole_checkpoints(containers: Containers) -> None:
+    rc, logs = containers.oneshot(
+        ["bash", "-c", f"set -e; {DEMO}; timeout 400 python /tests/checkpoint_kill.py"],
+        timeout=500,
+        name=f"ddpfaults-{uuid.uuid4().hex[:8]}",
+        network_mode="none",
+        volumes={str(SCRIPTS): {"bind": "/tests", "mode": "ro"}},
+    )
+    assert rc == 0, logs[-3000:]
+    assert (
+        "KILLED True while temporary file .last.pt." in logs
+        or "KILLED True while temporary file .best.pt." in logs
+    ), logs[-3000:]
+    assert "SEEN-PARTIAL []" in logs, logs[-3000:]  # never a truncated last.pt or best.pt
+    assert re.search(r"^LOADS last\.pt epoch \d+$", logs, re.MULTILINE), logs[-3000:]
+    assert re.search(r"^LOADS best\.pt epoch \d+$", logs, re.MULTILINE), logs[-3000:]
