@@ -42,15 +42,19 @@ def child() -> None:
 def parent() -> int:
     import torch
 
-    proc = subprocess.Popen([sys.executable, __file__, "child"], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("SAVED"):
-        print("CHILD-FAILED", line, flush=True)
+    log = Path("/tmp/child.log")
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, __file__, "child"], stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while "SAVED 0" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if "SAVED 0" not in log.read_text():  # the old checkpoint: one whole save
+        proc.kill()
+        print("CHILD-FAILED", log.read_text()[-2000:], flush=True)
         return 1
     whole = (WDIR / "last.pt").stat().st_size
     partial, killed_while = [], ""
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         tmp = [p.name for p in WDIR.glob(".*.tmp")]
         for p in WDIR.glob("*.pt"):
