@@ -48,6 +48,8 @@ def test_rect_with_two_ranks_trains_without_rect_and_says_so(containers: Contain
     rc, logs = _train(containers, "rect=True")
     assert rc == 0, logs[-4000:]
     assert "last.pt" in logs, logs[-4000:]
+    executing = next(line for line in logs.splitlines() if "Executing:" in line)
+    assert " rect=False " in executing and "rect=True" not in executing, executing
     warnings = [line for line in logs.splitlines() if line.startswith("WARNING")]
     assert [w for w in warnings if "rect" in w] == [
         next(
