@@ -99,6 +99,7 @@ def test_two_containers_train_as_two_nodes_on_cpu_ranks(containers: Containers, 
                 "NODE_RANK": str(rank),
                 "MASTER_ADDR": "node0",
                 "MASTER_PORT": "29431",
+                "RIG_NCCL_TIMEOUT": "300",  # a rank left waiting in a collective fails in minutes
             },
         }
         for rank in (0, 1)
@@ -136,6 +137,8 @@ def test_two_containers_train_as_two_nodes_on_cpu_ranks(containers: Containers, 
         assert "INFO launch: world: 2 ranks = 2 nodes x 1 rank per node (cpu, gloo)" in logs[node], logs[node]
         assert "--rdzv-backend static" in logs[node]
     assert "INFO trainer: process group: gloo, 2 ranks" in logs["node0"], logs["node0"]  # global rank 0
+    # node1 has no run directory of its own: every rank skips the final validation, none waits for it.
+    assert "WARNING trainer: final validation skipped: /tmp/runs/n/weights/best.pt" in logs["node0"], logs
     assert logs["node0"].split()[-3:] == ["epoch", "1", "2"], logs["node0"]
 
 
@@ -220,3 +223,30 @@ def test_a_second_ctrl_c_ends_every_rank_at_once(containers: Containers) -> None
     assert containers.exec(c, "cat /tmp/rc", 10)[1].strip() == "130", log
     assert "signal 2 again: killing the ranks now" in log, log
     assert _ranks_alive(containers, c) == [], log
+
+
+@pytest.mark.slow
+def test_no_rank_outlives_a_killed_torchrun(containers: Containers) -> None:
+    """torchrun SIGKILLed (the OOM killer, a `docker kill` of it): its ranks, which lead sessions of
+    their own, die with it instead of training on as orphans."""
+    c = containers.run(["sleep", "1800"], environment={"RIG_USER": "root"}, cpuset_cpus="0-1")
+    assert containers.exec(c, DEMO, 120)[0] == 0
+    command = f"rig train {ARGS} --cpu-ranks 2 epochs=30 project=/tmp/runs name=kill"
+    start = f"(sh -c 'echo $$ > /tmp/pid; exec {command}'; echo $? > /tmp/rc) > /tmp/t.log 2>&1 &"
+    assert containers.exec(c, start, 30)[0] == 0
+    wait_until(
+        lambda: containers.exec(c, "grep -q 'Starting training for' /tmp/t.log", 10)[0] == 0, timeout=400
+    )
+    assert len(_ranks_alive(containers, c)) == 2
+    containers.exec(c, "kill -KILL $(cat /tmp/pid)", 10)
+    wait_until(lambda: containers.exec(c, "test -s /tmp/rc", 10)[0] == 0, timeout=60, interval=1)
+    wait_until(lambda: _ranks_alive(containers, c) == [], timeout=60, interval=1)
+
+
+def test_the_static_rendezvous_gives_up_after_rig_rdzv_timeout(containers: Containers) -> None:
+    """Node 0 of two, the other never comes: torchrun gives up after RIG_RDZV_TIMEOUT, not torch's 600 s."""
+    env = {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1", "RIG_RDZV_TIMEOUT": "15"}
+    script = f"{DEMO} && rig train {ARGS} --cpu-ranks 1 epochs=1 project=/tmp/runs; echo rc=$?"
+    _, logs = containers.oneshot(["bash", "-c", script], timeout=300, environment=env)
+    assert "--rdzv-conf timeout=15" in logs, logs
+    assert "rc=0" not in logs and "rc=" in logs, logs
