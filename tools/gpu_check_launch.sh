@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# GPU check for the launch area, unattended, a few minutes on one NVIDIA GPU.
-# Needs: the NVIDIA driver (nvidia-smi), python3 with torch; Ultralytics is optional (the training
-# step is skipped with a reason without it). No Docker, no network. Run from the repository root:
-#   OUT=/tmp/out tools/gpu_check_launch.sh
+# GPU check for the launch area, unattended, about 4 minutes on one NVIDIA GPU.
+# Needs: the NVIDIA driver (nvidia-smi), python3 with torch (a newer one than the image's will do).
+# Ultralytics 8.4.190 is installed from the wheels in $WHEELS (default .whl/) when it is not
+# importable; fetch them beforehand on a machine with network:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
+#     ultralytics-opencv-headless==8.4.190 ultralytics-thop ultralytics-platform polars polars-runtime-32
+# No Docker, no network. Run from the repository root:   OUT=/tmp/out tools/gpu_check_launch.sh
 # Writes under $OUT: topo.txt, gpus.csv, plan.json, plan.txt, discovery.json, launch.log,
-# train.log, gpus02.log, stop.log, stuck.log, batch.txt, summary.txt. Exit 0 when every check that
-# ran passed. Checks 4-7 are the multi-GPU correctness ones (each rank its GPU, a stop keeps the
-# epoch, a stuck rank ends the job in minutes, the batch for the world size); those needing two
-# GPUs are skipped, with the reason, on one.
+# train.log, gpus02.log, stop.log, stop2.log, stuck.log, batch.txt, syncbn.log, summary.txt.
+# Exit 0 when every check that ran passed.
+# On one GPU: 1-3 (discovery, one rank's binding and NCCL, a training run), 5 (Ctrl-C keeps the
+# epoch and exits 130; a second Ctrl-C ends the ranks at once, none left behind), 7 (no batch added
+# for one rank), 8 (SyncBatchNorm's graph breaks under torch.compile, on a fake two-rank group).
+# Needs two GPUs, skipped with the reason on one: 4 (each rank exactly its GPU, --gpus 0,LAST),
+# 6 (a stuck rank ends the job within RIG_NCCL_TIMEOUT), 7's batch for a world of several GPUs.
 set -uo pipefail
 
 OUT=${OUT:?set OUT to a directory for the results}
@@ -18,8 +24,16 @@ PY=${PYTHON:-python3}
 # are logged beside the torch installed here.
 export RIG_STACK=${STACK:-cu121}
 export PYTHONPATH="$REPO/entrypoint${PYTHONPATH:+:$PYTHONPATH}"
-export YOLO_OFFLINE=1
+export YOLO_OFFLINE=1 PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
+WHEELS=${WHEELS:-.whl}
+WORK=$(mktemp -d /tmp/rig-gpu-launch.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+if ! "$PY" -c 'import ultralytics' 2>/dev/null && compgen -G "$REPO/$WHEELS/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$REPO/$WHEELS"/*.whl \
+        && export PYTHONPATH="$PYTHONPATH:$WORK/site"
+fi
+export YOLO_CONFIG_DIR="$WORK/cfg"
 : >"$OUT/summary.txt"
 status=0
 
@@ -65,7 +79,10 @@ for line in (out / "topo.txt").read_text().splitlines():
         report["problems"].append(f"GPU{i} missing from rig's topology")
         continue
     numa = row.get("NUMA Affinity", "N/A")
-    if numa not in ("N/A", "") and numa.isdigit() and int(numa) != gpu.numa_node:
+    # A VM with one NUMA node may give the GPU no node in /sys (-1) where nvidia-smi says 0.
+    online = Path("/sys/devices/system/node/online")
+    one_node = not online.exists() or online.read_text().strip() in ("", "0")
+    if numa.isdigit() and int(numa) != gpu.numa_node and not (gpu.numa_node == -1 and one_node):
         report["problems"].append(f"GPU{i}: NUMA {gpu.numa_node} vs nvidia-smi {numa}")
     cpus = row.get("CPU Affinity", "N/A")
     if re.fullmatch(r"[0-9,\-]+", cpus or "") and parse_cpulist(cpus) != gpu.local_cpus:
@@ -140,21 +157,47 @@ else
     result gpu-per-rank skip "one GPU: --gpus 0,N needs two"
 fi
 
-# 5. Ctrl-C under torchrun keeps the epoch: SIGINT to torchrun mid-epoch, forwarded to the ranks.
-if "$PY" -c "import ultralytics" 2>/dev/null; then
+# 5. Ctrl-C under torchrun keeps the epoch and exits 128+2; a second Ctrl-C ends every rank at once.
+# The ranks: processes running the trainer whose parent is not a trainer (its loader workers are).
+ranks() {
+    ps -eo pid=,ppid=,args= | awk '/-m rig\.launch\.trainer( |$)/ && !/rig\.launch\.(torchrun|binder)/ {p[$1] = $2}
+        END {for (k in p) if (!(p[k] in p)) print k}'
+}
+torchrun_pid() { pgrep -f -- "-m rig.launch.torchrun .*name=$1( |$)" | head -1; }
+start_run() { # name
     ( "$PY" -m rig train --gpus 1 data="$OUT/demo/data.yaml" model=yolo11n.yaml epochs=50 imgsz=320 \
-        batch=8 project="$OUT/runs" name=stop plots=False >"$OUT/stop.log" 2>&1; echo $? >"$OUT/stop.rc" ) &
-    for _ in $(seq 1 120); do grep -q "Starting training for" "$OUT/stop.log" 2>/dev/null && break; sleep 1; done
+        batch=8 project="$OUT/runs" name="$1" plots=False >"$OUT/$1.log" 2>&1; echo $? >"$OUT/$1.rc" ) &
+    for _ in $(seq 1 180); do grep -q "Starting training for" "$OUT/$1.log" 2>/dev/null && break; sleep 1; done
     sleep 5
-    pkill -INT -f "rig.launch.torchrun" || true
+}
+if "$PY" -c "import ultralytics" 2>/dev/null; then
+    start_run stop
+    kill -INT "$(torchrun_pid stop)" 2>/dev/null
     for _ in $(seq 1 150); do [ -s "$OUT/stop.rc" ] && break; sleep 1; done
-    if grep -q "stopped by signal 2" "$OUT/stop.log" && [ -f "$OUT/runs/stop/weights/last.pt" ]; then
-        result stop-keeps-epoch pass "rc $(cat "$OUT/stop.rc" 2>/dev/null)"
+    rc=$(cat "$OUT/stop.rc" 2>/dev/null)
+    if [ "$rc" = 130 ] && grep -q "stopped by signal 2" "$OUT/stop.log" && [ -f "$OUT/runs/stop/weights/last.pt" ] \
+        && ! grep -q "Traceback" "$OUT/stop.log"; then
+        result stop-keeps-epoch pass "rc $rc, last.pt kept"
     else
-        result stop-keeps-epoch fail "see stop.log"
+        result stop-keeps-epoch fail "rc ${rc:-none} (want 130); see stop.log"
+    fi
+    start_run stop2
+    pids=$(ranks | tr '\n' ' ')
+    t0=$(date +%s)
+    kill -INT "$(torchrun_pid stop2)" 2>/dev/null
+    sleep 1
+    kill -INT "$(torchrun_pid stop2)" 2>/dev/null
+    for _ in $(seq 1 120); do [ -s "$OUT/stop2.rc" ] && break; sleep 1; done
+    took=$(($(date +%s) - t0))
+    left=$(for p in $pids; do kill -0 "$p" 2>/dev/null && echo "$p"; done | tr '\n' ' ')
+    rc=$(cat "$OUT/stop2.rc" 2>/dev/null)
+    if [ -n "$rc" ] && [ "$rc" != 0 ] && [ "$took" -le 30 ] && [ -z "$left" ] && [ -n "$pids" ]; then
+        result second-ctrl-c pass "rc $rc after ${took} s, ranks $pids gone"
+    else
+        result second-ctrl-c fail "rc ${rc:-none} after ${took} s, ranks '${pids}' left '${left}'; see stop2.log"
     fi
 else
-    result stop-keeps-epoch skip "ultralytics is not installed here"
+    result stop-keeps-epoch skip "ultralytics is not installed here (put its wheels in $WHEELS)"
 fi
 
 # 6. A stuck rank ends the job within RIG_NCCL_TIMEOUT: one rank is frozen (SIGSTOP) mid-training.
@@ -165,7 +208,7 @@ if [ "$ngpu" -ge 2 ] && "$PY" -c "import ultralytics" 2>/dev/null; then
         >"$OUT/stuck.log" 2>&1; echo $? >"$OUT/stuck.rc" ) &
     for _ in $(seq 1 120); do grep -q "Starting training for" "$OUT/stuck.log" 2>/dev/null && break; sleep 1; done
     sleep 5
-    pgrep -f rig.launch.trainer | tail -1 | xargs -r kill -STOP
+    ranks | tail -1 | xargs -r kill -STOP
     for _ in $(seq 1 300); do [ -s "$OUT/stuck.rc" ] && break; sleep 1; done
     took=$(($(date +%s) - start))
     if [ "$(cat "$OUT/stuck.rc" 2>/dev/null)" != 0 ] && [ "$took" -lt 300 ]; then
@@ -173,16 +216,28 @@ if [ "$ngpu" -ge 2 ] && "$PY" -c "import ultralytics" 2>/dev/null; then
     else
         result stuck-rank fail "ended after ${took} s, rc $(cat "$OUT/stuck.rc" 2>/dev/null); see stuck.log"
     fi
-    pkill -KILL -f rig.launch.trainer 2>/dev/null || true
+    ranks | xargs -r kill -KILL 2>/dev/null || true
 else
     result stuck-rank skip "needs two GPUs and ultralytics"
 fi
 
-# 7. The batch for the world size: without batch=, 16 per GPU times the GPUs.
+# 7. The batch for the world size: without batch=, 16 per GPU times the GPUs; one GPU adds none
+# (Ultralytics' own default, 16, is the batch of its one rank).
 timeout 60 "$PY" -m rig train --gpus "$ngpu" --dry-run data=x.yaml model=yolo11n.yaml >"$OUT/batch.txt" 2>&1
-if grep -q "batch=$((16 * ngpu))" "$OUT/batch.txt"; then
+if [ "$ngpu" -ge 2 ] && grep -q "batch=$((16 * ngpu))" "$OUT/batch.txt"; then
     result batch-for-world pass "batch=$((16 * ngpu)) on $ngpu GPU(s)"
+elif [ "$ngpu" = 1 ] && grep -q "rig.launch.trainer" "$OUT/batch.txt" && ! grep -q " batch=" "$OUT/batch.txt"; then
+    result batch-for-world pass "one GPU: no batch added (Ultralytics' 16); the world's batch needs two GPUs"
 else
     result batch-for-world fail "see batch.txt"
 fi
+
+# 8. sync_bn with compile: how many graph breaks SyncBatchNorm costs dynamo with this torch (a fake
+# two-rank process group on this one GPU: the breaks are dynamo's, the collectives do nothing).
+timeout 240 "$PY" "$REPO/tools/gpu_check_syncbn_compile.py" >"$OUT/syncbn.log" 2>&1
+case $? in
+    0) result syncbn-compile pass "$(grep '^SYNCBN ' "$OUT/syncbn.log" | tr '\n' ' ')" ;;
+    2) result syncbn-compile skip "$(grep '^SYNCBN not measured' "$OUT/syncbn.log" | head -c 300)" ;;
+    *) result syncbn-compile fail "fewer breaks than SyncBatchNorm layers, or it crashed: see syncbn.log" ;;
+esac
 exit "$status"

@@ -8,6 +8,7 @@
 #                              two short real GPU runs (GPU-bound, then loader-starved) under telemetry
 # Exit status: 0 when every check passed.
 # The YOLO run needs ultralytics: carry its wheels in .whl/ (see the device README) to include it.
+# One GPU shows everything here: no check needs two.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d /tmp/rig-obs-out.XXXX)}

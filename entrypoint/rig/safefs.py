@@ -133,6 +133,8 @@ def write_atomic(
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except IsADirectoryError:
             raise Skipped("it is a folder, not a regular file") from None
+        with contextlib.suppress(OSError):
+            os.fsync(dir_fd)  # the rename itself survives a power loss
     except BaseException:
         if fd >= 0:
             os.close(fd)

@@ -74,5 +74,16 @@ def test_sync_bn_converts_the_trainers_model_and_no_checkpoint_keeps_it(containe
     assert "EMA-MADE ['SyncBatchNorm']" in logs  # what Ultralytics' EMA copies
     assert re.search(r"^EMA \['BatchNorm2d'\] True$", logs, re.MULTILINE), logs[-3000:]
     assert "CKPT ['BatchNorm2d']" in logs
+    # freeze=2: the frozen layers' norms stay in eval (Ultralytics only looks for BatchNorm2d).
+    assert "FROZEN 2 training: 0 others training: True" in logs, logs[-3000:]
+    # NaN recovery remakes the EMA from the SyncBatchNorm model: it and the next checkpoint are plain.
+    assert "RECOVERED-EMA ['BatchNorm2d']" in logs and "RECOVERED-CKPT ['BatchNorm2d']" in logs, logs[-3000:]
     assert "FINETUNED" in logs  # the checkpoint fine-tunes on the CPU
     assert "sync_bn: 81 BatchNorm layers synchronised over the 2 ranks" in logs
+    # compile=True beside it: one WARNING with the graph breaks SyncBatchNorm costs (issue 21 item 13).
+    assert re.search(
+        r"^WARNING trainer: sync_bn=True with compile=True: torch 2\.3\.1\S* does not compile SyncBatchNorm; "
+        r"dynamo breaks the model's graph at each of its 81 SyncBatchNorm layers \(at least 81 graph breaks",
+        logs,
+        re.MULTILINE,
+    ), logs[-3000:]

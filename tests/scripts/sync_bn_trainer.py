@@ -24,7 +24,14 @@ def kinds(model: nn.Module) -> list[str]:
 log.setup()  # as the trainer's main does: rig's INFO lines on stderr
 args = {"data": "/tmp/demo/data.yaml", "model": "yolo11n.yaml", "epochs": 1, "imgsz": 64, "device": "cpu"}
 t = rig_trainer.rig_trainer_class(DetectionTrainer)(
-    overrides={**args, "project": "/tmp/runs", "name": "sync", "exist_ok": True, "plots": False}
+    overrides={
+        **args,
+        "project": "/tmp/runs",
+        "name": "sync",
+        "exist_ok": True,
+        "plots": False,
+        "compile": True,
+    }
 )
 t.world_size = 2
 t.setup_model()  # what _setup_train does, up to set_model_attributes
@@ -47,5 +54,27 @@ t.optimizer = torch.optim.SGD(t.model.parameters(), lr=0.01)
 t.scaler = torch.cuda.amp.GradScaler(enabled=False)
 t.save_model()
 print("CKPT", kinds(torch.load(t.last, map_location="cpu", weights_only=False)["ema"]))
+
+# freeze=2, as _setup_train names the frozen layers: their norms stay in eval, the others train.
+t.freeze_layer_names = ["model.0.", "model.1.", ".dfl"]
+t._model_train()
+frozen = [
+    m.training
+    for n, m in t.model.named_modules()
+    if isinstance(m, nn.SyncBatchNorm) and n.startswith(("model.0.", "model.1."))
+]
+others = [
+    m.training
+    for n, m in t.model.named_modules()
+    if isinstance(m, nn.SyncBatchNorm) and n.startswith("model.2.")
+]
+print("FROZEN", len(frozen), "training:", sum(frozen), "others training:", all(others) and bool(others))
+
+# NaN recovery (and resume) load last.pt through _load_checkpoint_state, which makes a new EMA from the model.
+t._load_checkpoint_state(torch.load(t.last, map_location="cpu", weights_only=False))
+print("RECOVERED-EMA", kinds(t.ema.ema))
+t.epoch = 1
+t.save_model()
+print("RECOVERED-CKPT", kinds(torch.load(t.last, map_location="cpu", weights_only=False)["ema"]))
 YOLO(str(t.last)).train(**args, project="/tmp/runs", name="tune", plots=False, val=False)
 print("FINETUNED")

@@ -9,10 +9,12 @@ a stuck job ends in minutes with an error naming the collective that timed out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rig.errors import RigError
+from rig.launch import levers
 
 # Long enough for what rank 0 does alone while the others wait in a collective (building the label
 # cache of a large dataset, a validation pass), short enough that a dead rank costs minutes.
@@ -96,3 +98,23 @@ def ddp_setup(environ: Mapping[str, str], device_arg: str, local_rank: int, cuda
 def stop_check_due(batches_done: int, distributed: bool) -> bool:
     """Whether the ranks agree on a stop after this batch (every batch when there is one process)."""
     return not distributed or batches_done % STOP_CHECK_EVERY == 0
+
+
+RECT_WARNING = (
+    "rect={value} with {world} ranks: rect is off for training, as Ultralytics turns it off under DDP "
+    "(rect batches are not shuffled, and the ranks would get different numbers of batches: DDP hangs); "
+    "validation still uses rectangular batches"
+)
+
+
+def without_rect(
+    user_args: Mapping[str, str], world: int, typed: Callable[[str], Any] | None = None
+) -> tuple[dict[str, str], str | None]:
+    """The arguments for `world` ranks with rect= off for training, and the WARNING that says so
+    (Ultralytics' own check runs only in its DDP parent, which rig's torchrun launch replaces)."""
+    args = dict(user_args)
+    if world <= 1 or not levers.switched_on(args.get("rect"), typed or levers.ultralytics_value()):
+        return args, None
+    warning = RECT_WARNING.format(value=args["rect"], world=world)
+    args["rect"] = "False"
+    return args, warning

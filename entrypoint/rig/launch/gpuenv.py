@@ -54,11 +54,6 @@ def _defaults(threads: int, alloc_conf: str) -> list[tuple[str, str, str]]:
             "the same, under the name torch 2.9 (stack cu128) reads without a deprecation warning",
         ),
         (
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-            "1",
-            "a failed or stuck rank aborts the whole job instead of leaving the others waiting for hours",
-        ),
-        (
             "NCCL_DEBUG",
             "WARN",
             "NCCL reports what went wrong (bad topology, timeouts) without per-call noise",

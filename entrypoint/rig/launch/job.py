@@ -24,7 +24,7 @@ from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes
 from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
 from rig.spelling import AS_PARSED, Spelling
-from rig.yolo import tuning
+from rig.yolo import prepare, tuning
 
 _logger = log.get("launch")
 
@@ -182,6 +182,26 @@ def next_run_dir(project: Path, name: str, exist_ok: bool) -> Path:
     return project / f"{name}-{n}"
 
 
+def reserve_run_dir(project: Path, name: str, exist_ok: bool) -> Path:
+    """next_run_dir, taken with an atomic mkdir: of two launches started at once, one gets train and
+    the other train-2, never both the same folder (the ranks then write into it with exist_ok)."""
+    path, n = project / name, 2
+    try:
+        project.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                path.mkdir(exist_ok=exist_ok)
+                return path
+            except FileExistsError:
+                if not path.is_dir():
+                    raise
+                path, n = project / f"{name}-{n}", n + 1
+    except OSError as e:
+        raise RigError(
+            f"cannot create the run directory {path} ({e.strerror or e}); give project= a writable folder"
+        ) from None
+
+
 def torchrun_command(
     plan: Sequence[binding.RankBinding],
     node: nodes.NodeSpec,
@@ -275,11 +295,14 @@ def _tuning(
 
 
 def _levers(user_args: dict[str, str], *, world: int, cpu: bool) -> tuple[dict[str, str], dict[str, str]]:
-    """compile and sync_bn (rig.launch.levers): the arguments without rig's own, the trainer's variables."""
-    decided = levers.decide(user_args, world=world, cpu=cpu, typed=levers.ultralytics_value())
-    for warning in decided.warnings:
+    """compile and sync_bn (rig.launch.levers): the arguments without rig's own, the trainer's variables;
+    rect= off for training with more than one rank (rig.launch.ddp)."""
+    typed = levers.ultralytics_value()
+    decided = levers.decide(user_args, world=world, cpu=cpu, typed=typed)
+    args, rect_warning = ddp.without_rect(decided.args, world, typed)
+    for warning in (*decided.warnings, *([rect_warning] if rect_warning else [])):
         _logger.warning("%s", warning)
-    return decided.args, decided.env
+    return args, decided.env
 
 
 def resume_of(args: Mapping[str, str]) -> bool | str:
@@ -352,12 +375,14 @@ def _auto_resume(
     return {**rest, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": "True"}, None
 
 
-def _run_dir(args: dict[str, str]) -> tuple[dict[str, str], Path | None]:
+def _run_dir(args: dict[str, str], reserve: bool = True) -> tuple[dict[str, str], Path | None]:
+    """The run's folder, decided once for every rank; reserved (created) unless this is a dry run."""
     if resume_of(args) is not False:
         return args, None  # the checkpoint knows its run directory
     project = _project(args)
     exist_ok = args.get("exist_ok", "").lower() == "true"
-    run_dir = next_run_dir(project, args.get("name") or default_name(os.environ), exist_ok)
+    name = args.get("name") or default_name(os.environ)
+    run_dir = (reserve_run_dir if reserve else next_run_dir)(project, name, exist_ok)
     return {**args, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": "True"}, run_dir
 
 
@@ -482,9 +507,11 @@ def plan_train(
         user["batch"] = str(batch[0])
         _logger.info("batch=%d: %s", *batch)
     user.update(_tuning(user, len(plan[0].cpus), len(plan), world))
-    user, run_dir = _run_dir(user)
+    user, run_dir = _run_dir(user, reserve=check_dataset)
     if check_dataset:
         _check_dataset(user)
+        if prepare.wanted(user, guess_task(user), world):  # before any rank waits on another
+            user = prepare.before_ranks(user, nranks=len(plan), world=world)
     python = sys.executable
     program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
     env = {**_env_delta(len(plan[0].cpus)), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}

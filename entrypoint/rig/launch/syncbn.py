@@ -5,13 +5,15 @@ BatchNorm layer sees the global batch (it pays when the per-GPU batch is small).
 BatchNorm2d layers are swapped for SyncBatchNorm before the DDP wrap and the EMA's are swapped back,
 sharing the same parameters and buffers both ways (the weights are the weights). The EMA is what
 Ultralytics saves, so last.pt and best.pt hold plain BatchNorm2d: a checkpoint with SyncBatchNorm
-could not be fine-tuned later on one GPU or the CPU.
+could not be fine-tuned later on one GPU or the CPU. Two Ultralytics steps assume BatchNorm2d and
+are kept true here: frozen layers' norms stay in eval (keep_frozen_in_eval), and the EMA that resume
+and NaN recovery make again from the model is converted back too (rig.launch.trainer).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rig.launch.levers import SYNC_BN_ENV
@@ -59,3 +61,31 @@ def to_batchnorm(model: Any) -> tuple[Any, int]:
     """The reverse: every SyncBatchNorm as a BatchNorm2d (the only kind to_sync_batchnorm makes)."""
     nn: Any = importlib.import_module("torch.nn")
     return _swap(model, nn.SyncBatchNorm, lambda bn: nn.BatchNorm2d(*_same_args(bn)))
+
+
+def keep_frozen_in_eval(model: Any, frozen_names: Sequence[str]) -> int:
+    """What Ultralytics' _model_train does for BatchNorm2d, for the SyncBatchNorm layers of the frozen
+    layers (freeze=N): eval, so their running statistics stay the pretrained ones. Returns how many."""
+    nn: Any = importlib.import_module("torch.nn")
+    count = 0
+    for name, module in model.named_modules():
+        if isinstance(module, nn.SyncBatchNorm) and any(f in name for f in frozen_names):
+            module.eval()
+            count += 1
+    return count
+
+
+def compile_warning(layers: int, compile_value: Any, torch_version: str) -> str | None:
+    """What sync_bn costs torch.compile (compile= as Ultralytics reads it; None: not compiled).
+
+    SyncBatchNorm's training forward runs its statistics through collectives inside a custom autograd
+    Function, which dynamo does not trace: each layer breaks the graph (at least once), and every step
+    returns to Python between the compiled pieces."""
+    if not compile_value:
+        return None
+    return (
+        f"sync_bn=True with compile={compile_value}: torch {torch_version} does not compile SyncBatchNorm; "
+        f"dynamo breaks the model's graph at each of its {layers} SyncBatchNorm layers (at least {layers} "
+        f"graph breaks, {layers + 1} or more compiled pieces with Python between them at every step), so "
+        "compile gains little here: measure with `rig bench --compile`, or train with one of the two"
+    )

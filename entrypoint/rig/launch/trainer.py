@@ -22,7 +22,7 @@ from types import FrameType
 from typing import Any
 
 from rig import log
-from rig.launch import autoresume, cpuddp, ddp, syncbn
+from rig.launch import autoresume, checkpoints, cpuddp, ddp, syncbn
 from rig.observe import telemetry
 from rig.yolo import cached_dataset
 
@@ -129,6 +129,7 @@ def rig_trainer_class(base: type) -> type:
 
     class RigTrainer(base):  # type: ignore[misc]
         rig_stopping = False
+        rig_sync_bn = False  # the model's BatchNorm2d layers are SyncBatchNorm
         stopper: Any  # Ultralytics' EarlyStopping, from _setup_train on
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -161,8 +162,9 @@ def rig_trainer_class(base: type) -> type:
                 torch.cuda.set_device(setup.device_index)
                 self.device = torch.device("cuda", setup.device_index)
                 self.accelerator = torch.cuda
+            # Without the blocking wait, torch's own async error handling (its default, 3: abort the
+            # communicators and end the process without their clean-up) ends a job stuck on a lost rank.
             os.environ.pop("TORCH_NCCL_BLOCKING_WAIT", None)
-            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
             dist.init_process_group(
                 backend=setup.backend,
                 timeout=timedelta(seconds=setup.timeout_s),
@@ -188,6 +190,16 @@ def rig_trainer_class(base: type) -> type:
             # Here: after the model is on its device, before compile and the DDP wrap.
             if syncbn.wanted(os.environ) and self.world_size > 1:
                 _use_sync_batchnorm(self)
+
+        def _model_train(self) -> None:
+            super()._model_train()
+            if self.rig_sync_bn:  # Ultralytics keeps frozen layers' BatchNorm2d in eval, not SyncBatchNorm
+                syncbn.keep_frozen_in_eval(self.model, self.freeze_layer_names)
+
+        def _load_checkpoint_state(self, ckpt: dict[str, Any]) -> None:
+            super()._load_checkpoint_state(ckpt)
+            if self.rig_sync_bn:  # resume and NaN recovery make a new EMA from the SyncBatchNorm model
+                _ema_with_plain_batchnorm(self)
 
         def _setup_train(self) -> Any:
             # Ultralytics' AMP check loads yolo26n.pt and, when it is missing, tries to download it
@@ -223,6 +235,10 @@ def rig_trainer_class(base: type) -> type:
                 super().save_metrics(metrics)
 
         def save_model(self) -> Any:
+            with checkpoints.atomic_saves(self):  # a kill mid-save leaves the old file or the new one
+                return self._rig_save_model()
+
+        def _rig_save_model(self) -> Any:
             if not self.rig_stopping:
                 return super().save_model()
             # Saved as the end of the epoch before (resume starts at epoch + 1), marked so that resume
@@ -297,7 +313,12 @@ class _FrozenStopper:
 
 def _use_sync_batchnorm(trainer: Any) -> None:
     trainer.model, layers = syncbn.to_sync_batchnorm(trainer.model)
+    trainer.rig_sync_bn = True
     trainer.add_callback("on_pretrain_routine_end", _ema_with_plain_batchnorm)
+    torch: Any = importlib.import_module("torch")
+    compiled = syncbn.compile_warning(layers, getattr(trainer.args, "compile", False), torch.__version__)
+    if compiled and _rank() == 0:
+        _logger.warning("%s", compiled)
     if _rank() == 0:
         _logger.info(
             "sync_bn: %d BatchNorm layers synchronised over the %d ranks (two small collectives each, "

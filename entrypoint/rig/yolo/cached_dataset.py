@@ -8,8 +8,11 @@ of its __init__, through BaseDataset's own methods:
   augmentations) is the one stock `cache=ram` makes: same seed, same batches.
 - `cache_images`: the images are views into the mapped file.
 Labels, transforms and mosaic's choice of images (`cache == "ram"`) stay Ultralytics' own. Where
-the cache cannot be used (read-only or full location, over budget): one WARNING, then Ultralytics'
-own `cache=ram`, a copy per rank.
+the cache cannot be used (read-only or full location, no file locks, over budget): one WARNING, and
+with several ranks on the node `cache=False`, as the launch would have decided without a node cache
+(Ultralytics' own `cache=ram` would keep a copy per rank, each checking RAM as if alone: a host
+OOM); one rank alone gets Ultralytics' own `cache=ram`, which checks the RAM for its one copy.
+While the launcher prepares the data (rig.yolo.prepare), an unusable cache is raised instead.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ RESIZE_MODE = "rect_mode=True,resize_short=False"  # how BaseDataset.cache_image
 SAMPLED = 30  # images BaseDataset.check_cache_ram draws at random to size the cache
 _CLASSES = ("YOLODataset", "YOLOMultiModalDataset")  # the names build_yolo_dataset instantiates
 _warned = False
+_raise_unavailable = False  # set while the launcher prepares (see preparing)
 
 
 def _local_rank_zero() -> bool:
@@ -78,13 +82,48 @@ def estimate(ds: Any) -> int:
     return total
 
 
-def _warn_once(why: str) -> None:
+def ranks_on_node() -> int:
+    """The ranks of this node (torchrun's LOCAL_WORLD_SIZE); 1 outside torchrun."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+
+
+def _warn_once(why: str, ranks: int) -> None:
     global _warned
     if not _warned and _local_rank_zero():
-        _logger.warning(
-            "the node image cache is not used (%s): Ultralytics' own cache=ram, a copy per rank", why
-        )
+        if ranks > 1:
+            _logger.warning("%s", unusable_warning(why, ranks))
+        else:
+            _logger.warning("the node image cache is not used (%s): Ultralytics' own cache=ram", why)
     _warned = True
+
+
+def unusable_warning(why: str, ranks: int) -> str:
+    return (
+        f"the node image cache cannot be used ({why}): cache=False, as the launch decides without it; "
+        f"the {ranks} ranks of this node would each keep a copy of the images (RIG_CACHE_DIR on a "
+        "local disk with room and file locks keeps one per node)"
+    )
+
+
+def _without_node_cache(ds: Any, why: str, own: Any) -> bool:
+    """check_cache_ram's answer where the node cache cannot be used (see the module's docstring)."""
+    ranks = ranks_on_node()
+    _warn_once(why, ranks)
+    if ranks <= 1:
+        return bool(own())
+    ds.cache = None  # what Ultralytics' own check sets when it will not cache
+    return False
+
+
+@contextlib.contextmanager
+def preparing() -> Iterator[None]:
+    """While the launcher builds the caches: an unusable node cache raises imagecache.Unavailable."""
+    global _raise_unavailable
+    _raise_unavailable = True
+    try:
+        yield
+    finally:
+        _raise_unavailable = False
 
 
 @functools.cache
@@ -102,8 +141,11 @@ def node_cached(base: Any) -> Any:
             try:
                 self.rig_images = _obtain(self, base)
             except imagecache.Unavailable as e:
-                _warn_once(str(e))
-                return bool(super().check_cache_ram(safety_margin))
+                if _raise_unavailable:
+                    raise
+                return _without_node_cache(
+                    self, str(e), lambda: super(NodeCached, self).check_cache_ram(safety_margin)
+                )
             for _ in range(min(self.ni, SAMPLED)):
                 random.randrange(self.ni)
             return True
@@ -159,7 +201,7 @@ def _obtain(ds: Any, base: Any) -> imagecache.Images:
             got.path,
             got.seconds,
         )
-    return imagecache.Images(got.path, got.index, ds.im_files)
+    return imagecache.Images(got.path, got.index, ds.im_files, got.held)
 
 
 def wanted(cfg: Any) -> bool:

@@ -19,6 +19,11 @@ flock on `KEY.lock`, builds into `KEY.PID.tmp` and renames it to `KEY.img`; the 
 lock, then find the file. A build killed half-way leaves only a `.tmp`, which is never read and is
 removed by the next build of that key (or by pruning once it has not changed for TMP_STALE_S).
 
+In use: every process that maps `KEY.img` holds a shared flock on it for as long as it may map it
+(loader workers forked later, at close_mosaic, open it again by path), and pruning deletes a file
+only while it holds the exclusive lock: a file in use is never pruned, however old. A location
+without flock (Lustre mounted without `-o flock`) is Unavailable, as a read-only one is.
+
 Pure parts (the key, the header and index, the prune plan, the resize arithmetic) take and return
 plain values; numpy is imported only to hand out images.
 """
@@ -38,12 +43,13 @@ import os
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.pool import ThreadPool
 from pathlib import Path
 from typing import Any
 
 from rig import flags, paths
+from rig.errors import RigError
 
 MAGIC = b"RIGIMG\x00\x01"
 VERSION = 1
@@ -77,14 +83,20 @@ def cache_dir(environ: Mapping[str, str]) -> Path:
 
 
 def max_bytes(environ: Mapping[str, str], fs_total: int) -> int:
-    """RIG_CACHE_MAX_GB (GiB), else DEFAULT_MAX_FRACTION of the cache's file system."""
+    """RIG_CACHE_MAX_GB (GiB, fractions too: 0.5), else DEFAULT_MAX_FRACTION of the cache's file system."""
     raw = environ.get("RIG_CACHE_MAX_GB", "").strip()
-    if raw:
-        try:
-            return max(int(float(raw) * GIB), 0)
-        except ValueError:
-            pass
-    return int(fs_total * DEFAULT_MAX_FRACTION)
+    if not raw:
+        return int(fs_total * DEFAULT_MAX_FRACTION)
+    try:
+        gib = float(raw)
+    except ValueError:
+        gib = math.nan
+    if not (math.isfinite(gib) and gib >= 0):
+        raise RigError(
+            f"RIG_CACHE_MAX_GB={raw!r}: give the node image cache's size limit in GiB, a number >= 0 "
+            "(e.g. 20 or 0.5), or unset it for half the cache's file system"
+        )
+    return int(gib * GIB)
 
 
 def max_age_s(environ: Mapping[str, str]) -> float:
@@ -261,12 +273,45 @@ def prune(directory: Path, environ: Mapping[str, str], incoming: int = 0, keep: 
         with contextlib.suppress(OSError):
             if now - p.stat().st_mtime > TMP_STALE_S:
                 doomed.append(p.name)
-    removed = []
-    for name in doomed:
-        with contextlib.suppress(OSError):
-            (directory / name).unlink()
-            removed.append(name)
-    return removed
+    return [name for name in doomed if _unlink_unless_in_use(directory / name)]
+
+
+def _unlink_unless_in_use(path: Path) -> bool:
+    """Delete path unless a process holds it (rig.yolo.imagecache.hold): the exclusive lock is held
+    across the unlink, so nobody can start holding it in between. True: deleted."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.unlink(path)
+        return True
+    except OSError:  # held (EWOULDBLOCK), or no flock here: never delete what may be in use
+        return False
+    finally:
+        os.close(fd)
+
+
+def hold(path: Path) -> int | None:
+    """An open descriptor of path with a shared flock, which keeps prune from deleting it while the
+    descriptor (or a forked copy) is open; None when path was deleted before it could be held.
+    Unavailable where the file system has no flock."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        if os.fstat(fd).st_ino == os.stat(path).st_ino:
+            return fd
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        os.close(fd)
+        raise Unavailable(f"{path.parent} has no working file locks ({e.strerror or e})") from None
+    os.close(fd)
+    return None  # pruned between the open and the lock
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,6 +385,7 @@ class Obtained:
     index: Index
     built: bool  # this process built it (False: it was there, or another process built it)
     seconds: float
+    held: int = -1  # the descriptor that holds the file (see hold); open while the file may be mapped
 
 
 def obtain(
@@ -352,8 +398,29 @@ def obtain(
     threads: int,
     environ: Mapping[str, str],
 ) -> Obtained:
-    """The cache file for key: mapped as it is, or built once (see the module's build protocol).
-    Raises Unavailable when the location is read-only, full or the entry is over the budget."""
+    """The cache file for key, held (see hold): mapped as it is, or built once (see the module's build
+    protocol). Raises Unavailable when the location is read-only, full, without file locks or the
+    entry is over the budget."""
+    for _ in range(3):
+        got = _obtain_once(directory, key, names, decode, estimate=estimate, threads=threads, environ=environ)
+        fd = hold(got.path)
+        if fd is not None:
+            return replace(got, held=fd)
+    raise Unavailable(
+        f"{directory / key}{SUFFIX} was deleted each time it was opened (another node's prune?)"
+    )
+
+
+def _obtain_once(
+    directory: Path,
+    key: str,
+    names: Sequence[str],
+    decode: Callable[[int], Decoded],
+    *,
+    estimate: int,
+    threads: int,
+    environ: Mapping[str, str],
+) -> Obtained:
     t0 = time.perf_counter()
     final = directory / f"{key}{SUFFIX}"
     found = _valid(final)
@@ -423,9 +490,10 @@ class Images:
     change by an augmentation would stay in that process, as with Ultralytics' own buffer. Fork
     workers inherit the mapping; pickling (spawn workers) sends the path and reopens it."""
 
-    def __init__(self, path: Path, index: Index, order: Sequence[str]) -> None:
+    def __init__(self, path: Path, index: Index, order: Sequence[str], held: int = -1) -> None:
         position = {p: i for i, p in enumerate(index.paths)}
         self.path = path
+        self.held = held  # the descriptor holding the file against prune (closed at exit)
         self.records = [index.records[position[p]] for p in order]
         self._map: Any = None
 
@@ -443,7 +511,7 @@ class Images:
         return self._buffer()[r.offset : r.offset + r.nbytes].view(r.dtype).reshape(r.shape)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_map": None}
+        return {**self.__dict__, "_map": None, "held": -1}
 
     @property
     def hw0(self) -> list[tuple[int, int]]:

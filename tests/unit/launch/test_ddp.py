@@ -168,3 +168,43 @@ def test_omp_threads_are_decided_from_the_environment_rig_found(monkeypatch: pyt
     monkeypatch.setattr(rig, "USER_ENVIRON", {**rig.USER_ENVIRON, "OMP_NUM_THREADS": "3"})
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own value wins
     assert "OMP_NUM_THREADS" not in job._env_delta(6)
+
+
+# ---- issue 21 item 7: rect= with several ranks ------------------------------------------------------
+@pytest.mark.parametrize(
+    ("rect", "world", "expected", "warned"),
+    [
+        ("True", 2, "False", True),
+        ("1", 8, "False", True),
+        ("True", 1, "True", False),
+        ("False", 2, "False", False),
+    ],
+)
+def test_rect_is_off_for_training_with_several_ranks(
+    rect: str, world: int, expected: str, warned: bool
+) -> None:
+    args, warning = ddp.without_rect({"rect": rect, "epochs": "3"}, world)
+    assert args == {"rect": expected, "epochs": "3"}
+    assert (warning is not None) == warned
+    assert warning is None or warning.startswith(f"rect={rect} with {world} ranks: rect is off for training")
+    assert ddp.without_rect({"epochs": "3"}, 4) == ({"epochs": "3"}, None)
+
+
+def test_rig_train_with_rect_on_two_gpus_warns_once_and_trains_without_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "sys"
+    fs = FakeSys(root).node(0, "0-7").online("0-7")
+    ids = [bus(i) for i in range(2)]
+    for b in ids:
+        fs.gpu(b, 0, "0-7")
+    for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    argv = ["train", "--sysfs-root", str(root), "--gpu-bus-ids", ",".join(ids), "--dry-run"]
+    assert cli.main([*argv, "rect=True", "data=x.yaml", f"project={tmp_path / 'runs'}"]) == 0
+    out, err = capsys.readouterr()
+    assert " rect=False " in out and "rect=True" not in out
+    assert (
+        err.count("WARNING") == 1
+        and "WARNING launch: rect=True with 2 ranks: rect is off for training" in err
+    )

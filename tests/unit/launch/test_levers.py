@@ -111,3 +111,17 @@ def test_compile_on_the_cpu_warns_once_and_goes_on(
     assert warnings[0].startswith("WARNING launch: compile=default on the CPU: measured 55x slower")
     assert "sync_bn=True ignored: device=cpu" in warnings[1]
     assert args["compile"] == "default" and "sync_bn" not in args and "RIG_SYNC_BN" not in env
+
+
+def test_sync_bn_with_compile_says_how_many_graph_breaks() -> None:
+    from rig.launch import syncbn
+
+    line = syncbn.compile_warning(81, True, "2.3.1+cu121")
+    assert line is not None and line.startswith(
+        "sync_bn=True with compile=True: torch 2.3.1+cu121 does not compile"
+    )
+    assert "each of its 81 SyncBatchNorm layers (at least 81 graph breaks, 82 or more compiled pieces" in line
+    assert syncbn.compile_warning(81, "max-autotune", "2.9.1").startswith(
+        "sync_bn=True with compile=max-autotune"
+    )  # type: ignore[union-attr]
+    assert syncbn.compile_warning(81, False, "2.3.1") is None

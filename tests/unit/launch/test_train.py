@@ -7,13 +7,16 @@ directly.
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rig import cli
+from rig.errors import RigError
 from rig.launch import binding, job
 from rig.yolo import tuning
 
@@ -227,3 +230,40 @@ def test_resume_false_trains_like_no_resume(
     assert args["data"] == str(demo) and args["name"] == "train"
     assert job.resume_of({"resume": resume}) is False
     assert job.resume_of({"resume": "True"}) is True and job.resume_of({"resume": "a/last.pt"}) == "a/last.pt"
+
+
+def test_two_launches_started_at_once_get_two_run_directories(tree: tuple[Path, str], tmp_path: Path) -> None:
+    # Real `rig train` processes: each decides and reserves its run directory, then execs torchrun
+    # (which fails here, without torch: the directory is what counts). Ultralytics creates the folder
+    # only once training starts, seconds later, so both would pick `train` without the reservation.
+    runs = tmp_path / "runs"
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(root / "entrypoint"), "RIG_RUN_DIR": ""}
+    for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "WORLD_SIZE", "RANK"):
+        env.pop(name, None)
+    argv = [sys.executable, "-m", "rig", *_train(tree, "--gpus", "2", "data=x.yaml", "model=yolo11n.yaml")]
+    procs = [
+        subprocess.Popen(
+            [*argv, f"project={runs}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(4)
+    ]
+    logs = [p.communicate(timeout=120)[0] for p in procs]
+    names = [re.findall(r" name=(\S+)", log) for log in logs]
+    assert all(len(n) == 1 for n in names), logs
+    assert sorted(n[0] for n in names) == ["train", "train-2", "train-3", "train-4"], logs
+    assert sorted(p.name for p in runs.iterdir()) == ["train", "train-2", "train-3", "train-4"]
+
+
+def test_the_run_directory_reservation_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(
+        RigError, match=r"cannot create the run directory .*file/train .*give project= a writable"
+    ):
+        job.reserve_run_dir(tmp_path / "file", "train", False)
+    (tmp_path / "train").write_text("")  # a file where a run folder would go: not a run, not skipped over
+    with pytest.raises(RigError, match="cannot create the run directory"):
+        job.reserve_run_dir(tmp_path, "train", False)
+    assert (
+        job.reserve_run_dir(tmp_path, "t", True) == job.reserve_run_dir(tmp_path, "t", True) == tmp_path / "t"
+    )

@@ -6,8 +6,10 @@ import multiprocessing
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rig.errors import RigError
 from rig.yolo import imagecache
 from rig.yolo.imagecache import Decoded, Entry, FileStamp, Unavailable
 
@@ -225,10 +227,71 @@ def test_prune_removes_dead_tmp_files_only(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("environ", "expected"),
-    [({}, 50 * GIB), ({"RIG_CACHE_MAX_GB": "20"}, 20 * GIB), ({"RIG_CACHE_MAX_GB": "x"}, 50 * GIB)],
+    [({}, 50 * GIB), ({"RIG_CACHE_MAX_GB": "20"}, 20 * GIB), ({"RIG_CACHE_MAX_GB": "0.5"}, GIB // 2)],
 )
 def test_budget(environ: dict[str, str], expected: int) -> None:
     assert imagecache.max_bytes(environ, 100 * GIB) == expected
+
+
+@pytest.mark.parametrize("bad", ["x", "-1", "nan", "inf", "1,5"])
+def test_a_bad_budget_is_one_line(bad: str) -> None:
+    with pytest.raises(
+        RigError, match=rf"RIG_CACHE_MAX_GB='{bad}': give .* in GiB, a number >= 0 \(e.g. 20 or 0.5\)"
+    ):
+        imagecache.max_bytes({"RIG_CACHE_MAX_GB": bad}, 100 * GIB)
+
+
+def test_a_file_in_use_is_never_pruned(tmp_path: Path) -> None:
+    # Train's cache is mapped (held) by a run; building val's (or another job's) needs the room, and
+    # train's is the least recently used: it stays while held, and goes once let go.
+    train = obtain(tmp_path, key="train")
+    old = time.time() - 3600
+    os.utime(train.path, (old, old))
+    room_for_one = f"{(train.path.stat().st_blocks * 512 + 500) / GIB:.9f}"  # a fraction of a GiB
+    val = obtain(tmp_path, key="val", environ={"RIG_CACHE_MAX_GB": room_for_one})
+    assert val.built and train.path.exists() and imagecache.read_index(train.path) == train.index
+    os.close(train.held)
+    os.close(val.held)
+    os.utime(train.path, (old, old))
+    assert imagecache.prune(tmp_path, {"RIG_CACHE_MAX_GB": room_for_one}, incoming=1000)[0] == "train.img"
+    assert not train.path.exists()
+
+
+def test_a_file_held_by_a_forked_process_is_never_pruned(tmp_path: Path) -> None:
+    # The rank lets go (its descriptor closed) while a loader worker it forked still maps the file.
+    train = obtain(tmp_path, key="train")
+    ctx = multiprocessing.get_context("fork")
+    go, done = ctx.Event(), ctx.Event()
+    worker = ctx.Process(target=_hold_until, args=(go, done))
+    worker.start()
+    try:
+        assert go.wait(30)
+        os.close(train.held)
+        assert imagecache.prune(tmp_path, {"RIG_CACHE_MAX_AGE_DAYS": "0"}) == []
+        assert train.path.exists()
+    finally:
+        done.set()
+        worker.join(30)
+    assert imagecache.prune(tmp_path, {"RIG_CACHE_MAX_AGE_DAYS": "0"}) == ["train.img"]
+
+
+def _hold_until(go: Any, done: Any) -> None:
+    go.set()
+    done.wait(30)
+
+
+def test_no_file_locks_is_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lustre without `-o flock`: flock fails with ENOSYS.
+    import errno
+    import fcntl
+
+    def no_flock(fd: int, op: int) -> None:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    obtain(tmp_path)
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with pytest.raises(Unavailable, match="has no working file locks"):
+        obtain(tmp_path)
 
 
 def test_location_and_switch() -> None:
