@@ -23,6 +23,7 @@ from rig.errors import RigError
 from rig.launch import binding, ddp, gpuenv, levers, nodes
 from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
+from rig.observe.metrics import config as metrics_config
 from rig.spelling import AS_PARSED, Spelling
 from rig.yolo import tuning
 
@@ -378,6 +379,7 @@ def plan_train(
         choice = parse_gpus(None if cpu else gpus, typed)
     node = nodes.node_spec(os.environ)
     python = sys.executable
+    metrics_config.endpoint(os.environ)  # a bad RIG_METRICS_PORT: one line, before anything runs
     if cpu:
         if node.nnodes > 1:
             raise RigError("device=cpu trains in one process; unset NNODES (or the scheduler's node count)")
@@ -387,6 +389,7 @@ def plan_train(
         user.update(_tuning(user, threads, 1))
         user, run_dir = _run_dir(user)
         env = {**_env_delta(threads), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
+        env.update(metrics_config.node_env())
         return Launch([python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())], env)
 
     ddp.nccl_timeout(os.environ), ddp.stop_grace(os.environ)  # bad values: one line, before anything runs
@@ -409,6 +412,7 @@ def plan_train(
     program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
     env = {**_env_delta(len(plan[0].cpus)), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
     env[telemetry.RUN_GPUS_ENV] = run_gpus(plan, gpu_ids)
+    env.update(metrics_config.node_env())
     return Launch(torchrun_command(plan, node, program, python, gpus_per_rank="one"), env)
 
 

@@ -3,7 +3,8 @@
 On SIGTERM, SIGINT or SIGHUP torchrun forwards the signal to its ranks and kills them 30 s later
 (torch 2.3's fixed `PContext.close(timeout=30)`), whatever grace Docker, Kubernetes or Slurm give:
 a rank still finishing a long batch or a validation pass loses its epoch. Here those 30 s become
-RIG_STOP_GRACE (rig.launch.ddp). Everything else is torchrun's own `main`.
+RIG_STOP_GRACE (rig.launch.ddp). For `rig train` it also serves the node's /metrics
+(rig.observe.metrics) while its ranks run. Everything else is torchrun's own `main`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from rig.errors import RigError
 from rig.launch import ddp
+from rig.observe import metrics
 
 
 def install(grace_s: int) -> None:
@@ -36,8 +38,13 @@ def main() -> int:
         print(f"ERROR torchrun: {e}", file=sys.stderr)
         return 2
     install(grace)
+    node = metrics.serve_node(os.environ, launcher=True)  # rig train's: this node's /metrics
     run: Any = importlib.import_module("torch.distributed.run")
-    run.main()
+    try:
+        run.main()
+    finally:
+        if node is not None:
+            node.close()
     return 0
 
 
