@@ -282,3 +282,26 @@ def test_a_gpu_lost_mid_run_drops_the_gpu_series_not_the_scrape() -> None:
     assert collector is not None
     assert list(collector.collect()) == []
     collector.close()
+
+
+# ------------------------------------------------------------------------------------- rig train
+def test_rig_train_asks_its_launcher_to_serve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rig import cli
+
+    argv = ["train", "--dry-run", "device=cpu", "data=x.yaml", "model=m.yaml", f"project={tmp_path}"]
+    assert cli.main(argv) == 0
+    assert "RIG_METRICS_NODE=1" in capsys.readouterr().out.split()
+
+
+def test_rig_train_with_a_bad_port_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rig import cli
+
+    monkeypatch.setenv("RIG_METRICS_PORT", "99999")
+    monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("launched"))
+    assert cli.main(["train", "device=cpu", "data=x.yaml", "model=m.yaml", f"project={tmp_path}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["ERROR rig: RIG_METRICS_PORT='99999' is not a TCP port; use 1-65535 (default 9464), "
+                   "or 0 to serve no metrics"]  # fmt: skip
+    assert not list(tmp_path.iterdir())
