@@ -53,6 +53,7 @@ def serve_node(
     endpoint = config.endpoint(environ)
     if endpoint is None:
         return None
+    log.setup()  # torchrun's launcher has not set rig's log lines up
     directory = tempfile.mkdtemp(prefix="rig-metrics-")  # 0700, a fresh name: no other process's files
     client: Any = importlib.import_module("prometheus_client")
     multiprocess: Any = importlib.import_module("prometheus_client.multiprocess")
