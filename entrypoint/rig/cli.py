@@ -55,7 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     log.setup()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value arguments on both sides of an option (`rig train device=cpu --cpu-ranks 2 epochs=3`):
+    # argparse ends a positional list at the first option; a command that says so takes the rest.
+    intermixed = getattr(args, "intermixed", None)
+    if extra and intermixed and not any(e.startswith("-") for e in extra):
+        getattr(args, intermixed).extend(extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not hasattr(args, "func"):
         parser.print_help()
         return 2

@@ -21,10 +21,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     launch = job.plan_train(
         hostdata.resolve_args(args.args),
         gpus=args.gpus,
+        ranks=job.cpu_ranks(args.cpu_ranks, os.environ, typed()),
         discover=lambda: topology(args),
         check_dataset=not args.dry_run,
         typed=typed(),
     )
+    if launch.done:
+        log.get("train").info("%s", launch.done)
+        return 0
     if args.dry_run:
         print(launch.shell())
         return 0
@@ -36,6 +40,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("train", help="train with Ultralytics on N GPUs: torchrun, NUMA binding, tuned args")
     add_topology_options(p)
+    p.add_argument(
+        "--cpu-ranks",
+        metavar="N",
+        help=f"with device=cpu: N ranks per node (gloo) on shares of its CPUs (env {job.CPU_RANKS_ENV})",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the exact command and stop")
     p.add_argument("args", nargs="*", metavar="key=value", help="Ultralytics train arguments")
-    p.set_defaults(func=cmd_train)
+    p.set_defaults(func=cmd_train, intermixed="args")

@@ -111,6 +111,51 @@ def make_plan(topology: Topology, nranks: int, gpu_indices: Sequence[int] | None
     return Plan(ranks=ranks, warnings=tuple(warnings))
 
 
+def cpu_plan(topology: Topology, nranks: int) -> Plan:
+    """Bind nranks CPU ranks (device=cpu): the allowed CPUs shared out by NUMA node, then by core.
+
+    With at least as many ranks as memory nodes, each node's CPUs go to a contiguous block of ranks
+    (in proportion to its CPUs), whose memory is preferred there; with fewer ranks than nodes, each
+    rank gets whole nodes and the kernel's memory policy.
+    """
+    if nranks < 1:
+        raise ValueError("nranks must be at least 1")
+    allowed = topology.allowed_cpus
+    pools = [cpus & allowed for _, cpus in sorted(topology.node_cpus.items()) if cpus & allowed]
+    node_ids = [n for n, cpus in sorted(topology.node_cpus.items()) if cpus & allowed]
+    if not pools:
+        pools, node_ids = [allowed], [-1]
+    ranks: list[RankBinding] = []
+    if nranks >= len(pools):
+        counts = _apportion([len(p) for p in pools], nranks)
+        for node, pool, count in zip(node_ids, pools, counts, strict=True):
+            shares = _share(topology, pool, count) or [tuple(sorted(pool))] * count
+            for cpus in shares:
+                ranks.append(RankBinding(len(ranks), None, node, cpus, node if node >= 0 else None))
+    else:
+        per = len(pools) // nranks
+        for r in range(nranks):
+            mine = pools[r * per : (r + 1) * per if r < nranks - 1 else len(pools)]
+            single = node_ids[r * per] if len(mine) == 1 else -1
+            cpus = tuple(sorted(frozenset().union(*mine)))
+            ranks.append(RankBinding(r, None, single, cpus, single if single >= 0 else None))
+    return Plan(ranks=tuple(ranks))
+
+
+def _apportion(sizes: Sequence[int], n: int) -> list[int]:
+    """n ranks over pools of these sizes: at least one each, the rest by largest remainder."""
+    counts = [1] * len(sizes)
+    total = sum(sizes)
+    extra = n - len(sizes)
+    quotas = [extra * s / total for s in sizes]
+    for i, q in enumerate(quotas):
+        counts[i] += int(q)
+    left = n - sum(counts)
+    for i in sorted(range(len(sizes)), key=lambda i: (-(quotas[i] - int(quotas[i])), i))[:left]:
+        counts[i] += 1
+    return counts
+
+
 def _group_ok(topology: Topology, groups: dict[frozenset[int], list[int]], rank: int) -> bool:
     for pool, members in groups.items():
         if rank in members:

@@ -20,7 +20,7 @@ from typing import Any
 import rig
 from rig import log, paths
 from rig.errors import RigError
-from rig.launch import binding, ddp, gpuenv, levers, nodes
+from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes
 from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
 from rig.observe.metrics import config as metrics_config
@@ -39,6 +39,7 @@ DEMO_DATA = paths.DEMO_DATASET / "data.yaml"
 TORCHRUN = "rig.launch.torchrun"  # torchrun with rig's stop deadline
 BINDER = "rig.launch.binder"  # what torchrun starts for each rank
 TRAINER = "rig.launch.trainer"  # what each rank (or the one CPU process) runs
+CPU_RANKS_ENV = "RIG_CPU_RANKS"  # --cpu-ranks from the environment, for schedulers
 _TASK_SUFFIXES = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "classify"}
 
 
@@ -226,6 +227,7 @@ class Launch:
 
     command: list[str]
     env: dict[str, str]
+    done: str | None = None  # nothing to run (resume=auto of a finished run): why
 
     def shell(self) -> str:
         return shlex.join(["env", *(f"{k}={v}" for k, v in sorted(self.env.items())), *self.command])
@@ -318,15 +320,44 @@ def _resume(args: dict[str, str]) -> dict[str, str]:
     return {**args, "model": str(found[-1])}
 
 
-def _run_dir(args: dict[str, str]) -> tuple[dict[str, str], Path | None]:
-    if resume_of(args) is not False:
-        return args, None  # the checkpoint knows its run directory
+def _project(args: Mapping[str, str]) -> Path:
     project = Path(args["project"]) if args.get("project") else None
     if project is None or not project.is_absolute():
         base = _settings_dir("runs_dir", Path("runs").absolute()) / guess_task(args)
         project = base / project if project else base
+    return project
+
+
+def default_name(environ: Mapping[str, str]) -> str:
+    """train, or under a scheduler train-<job> (the same across the job's restarts: resume=auto)."""
+    job = nodes.job_name(environ)
+    return f"train-{job}" if job else "train"
+
+
+def _auto_resume(
+    args: dict[str, str], read: Callable[[Path], autoresume.RunState] = autoresume.read_state
+) -> tuple[dict[str, str], str | None]:
+    """resume=auto: resume=True from the run's last.pt, a fresh run in that directory, or (the
+    second value) why there is nothing to train."""
+    if args.get("resume", "").strip().lower() != "auto":
+        return args, None
+    rest = {k: v for k, v in args.items() if k != "resume"}
+    run_dir = _project(rest) / (rest.get("name") or default_name(os.environ))
+    decision = autoresume.decide(run_dir, read(run_dir))
+    if decision.kind == "finished":
+        return rest, decision.message
+    _logger.info("%s", decision.message)
+    if decision.kind == "resume":
+        return {**rest, "resume": "True", "model": str(run_dir / "weights" / "last.pt")}, None
+    return {**rest, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": "True"}, None
+
+
+def _run_dir(args: dict[str, str]) -> tuple[dict[str, str], Path | None]:
+    if resume_of(args) is not False:
+        return args, None  # the checkpoint knows its run directory
+    project = _project(args)
     exist_ok = args.get("exist_ok", "").lower() == "true"
-    run_dir = next_run_dir(project, args.get("name") or "train", exist_ok)
+    run_dir = next_run_dir(project, args.get("name") or default_name(os.environ), exist_ok)
     return {**args, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": "True"}, run_dir
 
 
@@ -359,48 +390,93 @@ def execute(launch: Launch) -> int:
     os.execvpe(launch.command[0], launch.command, env)
 
 
+def cpu_ranks(given: str | None, environ: Mapping[str, str], typed: Spelling = AS_PARSED) -> int | None:
+    """--cpu-ranks N, or RIG_CPU_RANKS=N from the environment (for schedulers); None: neither."""
+    name, raw = ("--cpu-ranks", given) if given is not None else (CPU_RANKS_ENV, environ.get(CPU_RANKS_ENV))
+    if raw is None or (given is None and not raw.strip()):
+        return None
+    text = raw.strip()
+    shown = typed(name, raw) if name == "--cpu-ranks" else f"{name}={raw!r}"
+    if not text.isdigit() or int(text) < 1:
+        raise RigError(f"{shown}: give the number of CPU ranks per node, a whole number >= 1 (e.g. 2)")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class Devices:
+    """What each node trains on: GPUs (their CUDA ids) or `ranks` processes on its CPUs."""
+
+    kind: str  # "gpu", "cpu" (gloo ranks) or "mps" (one process)
+    gpus: str | list[int] | int = "all"
+    ranks: int = 1
+
+
+def choose_devices(
+    user_args: Mapping[str, str], gpus: str | None, ranks: int | None, typed: Spelling = AS_PARSED
+) -> Devices:
+    device = user_args.get("device", "").strip().lower()
+    if device in {"cpu", "mps"}:
+        if gpus is not None:
+            raise RigError(f"both {typed('--gpus', gpus)} and device={device} given; give one of them")
+        if device == "mps" and (ranks or 1) > 1:
+            raise RigError("device=mps trains in one process; drop --cpu-ranks (or use device=cpu)")
+        return Devices(device, ranks=ranks or 1)
+    if ranks is not None:
+        raise RigError(
+            f"--cpu-ranks {ranks} trains on the CPU but the run is on GPUs: add device=cpu, "
+            f"or drop --cpu-ranks (and unset {CPU_RANKS_ENV}) to train on GPUs"
+        )
+    if device and gpus is not None:
+        raise RigError(f"both {typed('--gpus', gpus)} and device={device} given; give one of them")
+    return Devices("gpu", parse_gpus(device, typed, "device") if device else parse_gpus(gpus, typed))
+
+
+def world_line(devices: Devices, node: nodes.NodeSpec, per_node: int) -> str:
+    world = per_node * node.nnodes
+    how = {"gpu": "gpu, nccl", "cpu": "cpu, gloo", "mps": "mps"}[devices.kind]
+    if world == 1 and devices.kind != "gpu":
+        how += ", one process"
+    ranks = "rank" if world == 1 else "ranks"
+    nodes_ = "node" if node.nnodes == 1 else "nodes"
+    per = "rank" if per_node == 1 else "ranks"
+    return f"world: {world} {ranks} = {node.nnodes} {nodes_} x {per_node} {per} per node ({how})"
+
+
 def plan_train(
     kv_args: Sequence[str],
     *,
     gpus: str | None = None,
+    ranks: int | None = None,
     discover: Callable[[], Topology] = topology,
     check_dataset: bool = True,
     typed: Spelling = AS_PARSED,
 ) -> Launch:
-    """What `rig train` runs: torchrun over the binder and the trainer, or the trainer alone on the CPU."""
+    """What `rig train` runs: torchrun over the binder and the trainer, on each node's GPUs or CPU
+    ranks; a single CPU (or MPS) rank on one node is the trainer alone, with the same arguments."""
     user = parse_kv(kv_args)
-    device = user.get("device", "").strip().lower()
-    cpu = device in {"cpu", "mps"}
-    if device and not cpu and gpus is not None:
-        raise RigError(f"both {typed('--gpus', gpus)} and device={device} given; give one of them")
-    if device and not cpu:
-        choice = parse_gpus(device, typed, "device")
-    else:
-        choice = parse_gpus(None if cpu else gpus, typed)
+    devices = choose_devices(user, gpus, ranks, typed)
+    cpu = devices.kind != "gpu"
     node = nodes.node_spec(os.environ)
-    python = sys.executable
     metrics_config.endpoint(os.environ)  # a bad RIG_METRICS_PORT: one line, before anything runs
-    if cpu:
-        if node.nnodes > 1:
-            raise RigError("device=cpu trains in one process; unset NNODES (or the scheduler's node count)")
-        user, lever_env = _levers(user, world=1, cpu=True)
-        user = _resume(_defaults(user))
-        threads = gpuenv.default_threads()
-        user.update(_tuning(user, threads, 1))
-        user, run_dir = _run_dir(user)
-        env = {**_env_delta(threads), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
-        env.update(metrics_config.node_env())
-        return Launch([python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())], env)
-
+    if devices.kind == "mps" and node.nnodes > 1:
+        raise RigError("device=mps trains in one process; unset NNODES (or the scheduler's node count)")
     ddp.nccl_timeout(os.environ), ddp.stop_grace(os.environ)  # bad values: one line, before anything runs
     topo = discover()
-    gpu_ids = select_gpus(choice, topo, typed)
-    world = len(gpu_ids) * node.nnodes
+    if cpu:
+        gpu_ids: list[int] = []
+        plan = list(binding.cpu_plan(topo, devices.ranks).ranks)
+    else:
+        gpu_ids = select_gpus(devices.gpus, topo, typed)
+        plan = make_plan(topo, gpu_ids)
+    world = len(plan) * node.nnodes
     check_batch(user, world, typed)
-    user, lever_env = _levers(user, world=world, cpu=False)
-    plan = make_plan(topo, gpu_ids)
+    _logger.info("%s", world_line(devices, node, len(plan)))
+    user, done = _auto_resume(user)
+    if done:
+        return Launch([], {}, done)
+    user, lever_env = _levers(user, world=world, cpu=cpu)
     user = _resume(_defaults(user))
-    user["device"] = ",".join(str(i) for i in gpu_ids)
+    user["device"] = devices.kind if cpu else ",".join(str(i) for i in gpu_ids)
     batch = default_batch(user, world, _ultralytics_default("batch", 16))
     if batch is not None:
         user["batch"] = str(batch[0])
@@ -409,10 +485,14 @@ def plan_train(
     user, run_dir = _run_dir(user)
     if check_dataset:
         _check_dataset(user)
+    python = sys.executable
     program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
     env = {**_env_delta(len(plan[0].cpus)), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
-    env[telemetry.RUN_GPUS_ENV] = run_gpus(plan, gpu_ids)
+    if not cpu:
+        env[telemetry.RUN_GPUS_ENV] = run_gpus(plan, gpu_ids)
     env.update(metrics_config.node_env())
+    if cpu and world == 1:
+        return Launch(program, env)  # one rank: no process group to join, the container's CPUs unbound
     return Launch(torchrun_command(plan, node, program, python, gpus_per_rank="one"), env)
 
 

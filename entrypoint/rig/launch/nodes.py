@@ -89,3 +89,18 @@ def node_spec(environ: Mapping[str, str]) -> NodeSpec:
             f"{nnodes} nodes but no MASTER_ADDR: set MASTER_ADDR to the host name of node 0 on every node"
         )
     return NodeSpec(nnodes, rank, addr, port, rdzv, source)
+
+
+def job_name(environ: Mapping[str, str]) -> str | None:
+    """The scheduler's name for this job, the same on every node and across its restarts: Slurm's
+    job id (a requeued job keeps it), a PyTorchJob's name (the operator names the master pod
+    `<job>-master-0` and hands that to every pod as MASTER_ADDR; it sets no variable of the job's
+    name). None outside a scheduler."""
+    if environ.get("SLURM_JOB_ID", "").strip():
+        return f"slurm-{environ['SLURM_JOB_ID'].strip()}"
+    master = environ.get("PET_MASTER_ADDR") or environ.get("MASTER_ADDR") or ""
+    if "PET_NNODES" in environ or "PET_MASTER_ADDR" in environ:
+        name = master.removesuffix("-master-0")
+        if name and name != master:
+            return name
+    return None

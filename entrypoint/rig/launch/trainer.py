@@ -22,7 +22,7 @@ from types import FrameType
 from typing import Any
 
 from rig import log
-from rig.launch import ddp, syncbn
+from rig.launch import autoresume, cpuddp, ddp, syncbn
 from rig.observe import metrics, telemetry
 from rig.yolo import cached_dataset
 
@@ -67,7 +67,7 @@ def parse_args(argv: Sequence[str], smart_value: Callable[[str], Any] | None = N
 
 # Marks a checkpoint saved by a stop mid-epoch, in its train_metrics (the one free-form dict of a
 # checkpoint that Ultralytics' resume does not validate).
-_STOPPED_MID_EPOCH = "rig/stopped_mid_epoch"
+_STOPPED_MID_EPOCH = autoresume.STOPPED_MID_EPOCH
 
 
 def stopped_mid_epoch(ckpt: Mapping[str, Any] | None) -> bool:
@@ -130,10 +130,18 @@ def rig_trainer_class(base: type) -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             world = _global_world_size()
-            # Ultralytics counted only this node's `device` list (0 means CPU: never DDP).
-            if world > 1 and int(getattr(self, "world_size", 0)) >= 1:
+            # Ultralytics counted only this node's `device` list, and 0 for the CPU (never DDP there);
+            # rig's CPU ranks (device=cpu under torchrun) train DDP over gloo like GPU ranks.
+            if world > 1 and (int(getattr(self, "world_size", 0)) >= 1 or self._on_cpu()):
                 self.world_size = world
             self.add_callback("on_train_batch_end", _on_batch_end)
+
+        def _on_cpu(self) -> bool:
+            return str(getattr(self, "device", "")) == "cpu"
+
+        def _cpu_ranks(self, fix: Callable[[], contextlib.AbstractContextManager[None]]) -> Any:
+            """fix (a rig.launch.cpuddp correction) while Ultralytics' DDP path runs on CPU ranks."""
+            return fix() if self._on_cpu() and self.world_size > 1 else contextlib.nullcontext()
 
         def _setup_ddp(self) -> None:
             # Ultralytics' own sets TORCH_NCCL_BLOCKING_WAIT=1 and a 3-hour timeout (see rig.launch.ddp).
@@ -143,7 +151,7 @@ def rig_trainer_class(base: type) -> type:
                 os.environ,
                 str(self.args.device),
                 int(os.environ.get("LOCAL_RANK", "0")),
-                torch.cuda.is_available(),
+                torch.cuda.is_available() and not self._on_cpu(),
             )
             if setup.device_index is not None:
                 torch.cuda.set_device(setup.device_index)
@@ -182,18 +190,23 @@ def rig_trainer_class(base: type) -> type:
             # before it looks at the offline flag: on a network that drops packets rank 0 stalls while
             # the others wait. Offline without the file, the check is skipped (AMP stays on).
             engine: Any = importlib.import_module("ultralytics.engine.trainer")
-            with _set_for_now(engine, check_amp=_offline_safe_amp_check(engine.check_amp)):
+            with (
+                _set_for_now(engine, check_amp=_offline_safe_amp_check(engine.check_amp)),
+                self._cpu_ranks(cpuddp.setup_train),
+            ):
                 return super()._setup_train()
 
         def validate(self) -> Any:
             if self.rig_stopping:  # a SIGTERM grace period is too short for a validation pass
                 return self.metrics, self.fitness
-            return super().validate()
+            with self._cpu_ranks(cpuddp.validation):
+                return super().validate()
 
         def final_eval(self) -> Any:
             if self.rig_stopping:
                 return None
-            return super().final_eval()
+            with self._cpu_ranks(cpuddp.validation):
+                return super().final_eval()
 
         def save_metrics(self, metrics: dict[str, Any]) -> None:
             if not self.rig_stopping:  # a partial epoch has no validation of its own to record

@@ -199,17 +199,18 @@ def test_serving_and_closing_leave_nothing_behind(served: tuple[node.NodeServer,
         scrape(server.port)
 
 
-def test_a_taken_port_is_one_warning_and_the_run_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_taken_port_is_one_warning_and_the_run_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         env = {config.NODE_ENV: "1", config.ADDR_ENV: "127.0.0.1", config.PORT_ENV: str(port)}
-        with caplog.at_level(logging.INFO, logger="rig"):
-            assert node.serve_node(env, launcher=True, nvml_module=FakeNvml(init_error=9)) is None
-    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(warnings) == 1 and f"cannot listen on 127.0.0.1:{port}" in warnings[0].getMessage()
-    assert "the run goes on" in warnings[0].getMessage() and "RIG_METRICS_PORT" in warnings[0].getMessage()
+        assert node.serve_node(env, launcher=True, nvml_module=FakeNvml(init_error=9)) is None
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"WARNING metrics: /metrics not served: cannot listen on 127.0.0.1:{port}"
+    )
+    assert "the run goes on" in lines[0] and "RIG_METRICS_PORT" in lines[0]
     assert config.MULTIPROC_ENV not in env  # the ranks publish nowhere
 
 

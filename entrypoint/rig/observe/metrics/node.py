@@ -69,7 +69,7 @@ def serve_node(
             gpus.close()
         shutil.rmtree(directory, ignore_errors=True)
         LOG.warning(
-            "metrics not served: cannot listen on %s:%d (%s); the run goes on without /metrics "
+            "/metrics not served: cannot listen on %s:%d (%s); the run goes on without it "
             "(set %s to a free port, or 0 for none)",
             endpoint.addr,
             endpoint.port,
@@ -80,7 +80,7 @@ def serve_node(
     environ.update(config.publish_env(directory))
     node = NodeServer(endpoint, directory, server, gpus)
     LOG.info(
-        "metrics: %s for this node's ranks%s (%s=0 turns it off)",
+        "%s for this node's ranks%s (%s=0 turns it off)",
         config.Endpoint(endpoint.addr, node.port).url(),
         f", {gpus.count} GPU(s)" if gpus is not None else "",
         config.PORT_ENV,

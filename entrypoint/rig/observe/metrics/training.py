@@ -260,7 +260,7 @@ def _guarded(callback: Callable[[Any], None]) -> Callable[[Any], None]:
             callback(trainer)
         except Exception as e:
             failed = True
-            LOG.info("metrics: %s failed (%s: %s); the run goes on", callback.__name__, type(e).__name__, e)
+            LOG.info("%s failed (%s: %s); the run goes on", callback.__name__, type(e).__name__, e)
 
     return run
 

@@ -1,0 +1,121 @@
+"""resume=auto: what a run directory's last.pt says, the decision, the stable name under schedulers."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rig import cli
+from rig.errors import RigError
+from rig.launch import autoresume, job, nodes
+
+from tests.helpers.fakesys import FakeSys
+
+
+def _ckpt(epoch: int, epochs: int = 3, stopped: bool = False, stripped: bool = False) -> dict[str, Any]:
+    metrics = {autoresume.STOPPED_MID_EPOCH: 1.0} if stopped else {"metrics/mAP50(B)": 0.1}
+    return {
+        "epoch": epoch,
+        "train_args": {"epochs": epochs},
+        "train_metrics": metrics,
+        "optimizer": None if stripped else {"state": {}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("ckpt", "kind"),
+    [
+        (None, "fresh"),
+        (_ckpt(0), "resume"),  # epoch 1 of 3 saved
+        (_ckpt(1), "resume"),
+        (_ckpt(-1, stopped=True), "resume"),  # stopped in the first epoch
+        (_ckpt(1, stopped=True), "resume"),
+        (_ckpt(-1, stripped=True), "finished"),  # Ultralytics' end: optimizer stripped, epoch -1
+        (_ckpt(2), "finished"),  # every epoch saved, the final validation cut short
+    ],
+)
+def test_the_decision_follows_last_pt(tmp_path: Path, ckpt: dict[str, Any] | None, kind: str) -> None:
+    if ckpt is not None:
+        (tmp_path / "weights").mkdir()
+        (tmp_path / "weights/last.pt").write_bytes(b"x")
+    state = autoresume.read_state(tmp_path, load=lambda _p: ckpt or {})
+    assert autoresume.decide(tmp_path, state).kind == kind
+
+
+def test_an_unreadable_last_pt_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights/last.pt").write_bytes(b"truncated")
+
+    def load(_p: Path) -> Any:
+        raise EOFError("Ran out of input")
+
+    with pytest.raises(RigError, match=r"cannot be read .*EOFError.*move it away"):
+        autoresume.read_state(tmp_path, load=load)
+
+
+@pytest.mark.parametrize(
+    ("environ", "name"),
+    [
+        ({}, "train"),
+        ({"SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "1"}, "train-slurm-4242"),
+        # The training operator: MASTER_ADDR/PET_MASTER_ADDR is the master pod, `<job>-master-0`.
+        (
+            {"PET_NNODES": "2", "PET_MASTER_ADDR": "yolo-a-master-0", "MASTER_ADDR": "yolo-a-master-0"},
+            "train-yolo-a",
+        ),
+        ({"MASTER_ADDR": "node0", "NNODES": "2"}, "train"),  # by hand: no job to name
+    ],
+)
+def test_the_default_run_name_is_stable_under_a_scheduler(environ: dict[str, str], name: str) -> None:
+    assert job.default_name(environ) == name
+    assert (nodes.job_name(environ) is None) == (name == "train")
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in [k for k in os.environ if k.startswith(("SLURM_", "PET_"))]:
+        monkeypatch.delenv(k)
+    for k in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", job.CPU_RANKS_ENV):
+        monkeypatch.delenv(k, raising=False)
+
+
+def _run(tmp_path: Path, capsys: Any, *extra: str) -> tuple[int, str, dict[str, str]]:
+    root = tmp_path / "sys"
+    FakeSys(root).node(0, "0-3").online("0-3")
+    argv = ["train", "--sysfs-root", str(root), "--dry-run", "device=cpu", "--cpu-ranks", "2"]
+    code = cli.main([*argv, "data=x.yaml", "model=m.yaml", f"project={tmp_path}/runs", "resume=auto", *extra])
+    out, err = capsys.readouterr()
+    args: dict[str, str] = {}
+    if out.strip():
+        printed = shlex.split(out.strip().splitlines()[-1])
+        program = printed[printed.index("rig.launch.trainer") + 1 :]
+        args = dict(a.split("=", 1) for a in program)
+    return code, err, args
+
+
+def test_resume_auto_under_slurm_starts_continues_and_finishes(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch, clean_env: None
+) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    run = tmp_path / "runs/train-slurm-77"
+    code, err, args = _run(tmp_path, capsys)
+    assert code == 0 and f"no last.pt in {run}: starting the run there" in err
+    assert args["name"] == "train-slurm-77" and args["exist_ok"] == "True" and "resume" not in args
+    assert args["batch"] == "32"  # a fresh run: the default batch over the 2 ranks
+
+    (run / "weights").mkdir(parents=True)
+    (run / "weights/last.pt").write_bytes(b"x")
+    states = iter([_ckpt(1, stopped=True), _ckpt(-1, stripped=True)])
+    monkeypatch.setattr(autoresume, "_load", lambda _p: next(states))
+    code, err, args = _run(tmp_path, capsys)
+    assert code == 0 and "continuing" in err and "after epoch 2/3 (saved by a stop)" in err
+    assert args["resume"] == "True" and args["model"] == str(run / "weights/last.pt") and "batch" not in args
+
+    code, err, args = _run(tmp_path, capsys)
+    assert code == 0 and args == {}
+    finished = f"INFO train: resume=auto: {run} is finished ({run}/weights/last.pt); nothing to train"
+    assert err.strip().splitlines()[-1] == finished
