@@ -28,7 +28,7 @@ def main() -> None:
     assert metrics.attach(model) is not None, "no metrics directory in the environment"
     trainer = SimpleNamespace(
         args=SimpleNamespace(model="/w/yolo11n.pt", data="/d/coco8.yaml"),
-        save_dir=Path("/runs/detect/train-7"), world_size=2, epoch=0, epochs=epochs, start_epoch=0,
+        save_dir=Path("/runs/detect/train-7"), world_size=2, epochs=epochs, start_epoch=0,
         train_loader=Loader(shard, batch), tloss=None, metrics={},
         optimizer=SimpleNamespace(param_groups=[{"lr": 0.01}, {"lr": 0.02}]),
     )  # fmt: skip
@@ -37,7 +37,7 @@ def main() -> None:
         for cb in model.callbacks.get(event, []):
             cb(trainer)
 
-    run("on_train_start")
+    run("on_train_start")  # before the first epoch Ultralytics' trainer has no `epoch` yet
     for epoch in range(epochs):
         trainer.epoch = epoch
         run("on_train_epoch_start")

@@ -88,7 +88,7 @@ def run_ranks(env: dict[str, str], ranks: int, epochs: int, shard: int, batch: i
     ]
     for p in procs:
         out, _ = p.communicate(timeout=120)
-        assert p.returncode == 0 and "done" in out, out
+        assert p.returncode == 0 and "done" in out and "failed" not in out, out
 
 
 # ------------------------------------------------------------------------------------- the contract

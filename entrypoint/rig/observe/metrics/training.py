@@ -185,7 +185,7 @@ class Publisher:
             world_size=str(max(int(getattr(trainer, "world_size", 1) or 1), 1)),
         ).set(1)
         self.s.epochs.set(int(trainer.epochs))
-        self._progress(trainer, 0, 1)
+        self._progress(trainer, 0, 1)  # a resumed run starts part of the way
 
     def on_fit_epoch_end(self, trainer: Any) -> None:
         if self.rank != 0:
@@ -206,10 +206,9 @@ class Publisher:
             self.s.eta.set(0)
 
     def _progress(self, trainer: Any, batches_done: int, batches: int) -> None:
-        p = progress(
-            int(trainer.epoch or 0), batches_done, batches, int(trainer.epochs),
-            int(getattr(trainer, "start_epoch", 0) or 0), self._clock() - self._t0,
-        )  # fmt: skip
+        start = int(getattr(trainer, "start_epoch", 0) or 0)
+        epoch = int(getattr(trainer, "epoch", start) or 0)  # Ultralytics sets it at the first epoch
+        p = progress(epoch, batches_done, batches, int(trainer.epochs), start, self._clock() - self._t0)
         self.s.progress.set(p.ratio)
         if p.eta_s is not None:
             self.s.eta.set(p.eta_s)
@@ -268,6 +267,7 @@ def _guarded(callback: Callable[[Any], None]) -> Callable[[Any], None]:
 def attach(model: Any, environ: MutableMapping[str, str] | None = None) -> Publisher | None:
     """Publish this rank's series during the model's next train(); serve them too when this process
     is the node's only one. None when the node serves no metrics."""
+    log.setup()
     env = os.environ if environ is None else environ
     serve_node(env, launcher=False)  # before prometheus-client is imported: it reads the directory once
     if config.publish_dir(env) is None:
