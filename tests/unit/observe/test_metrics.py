@@ -306,3 +306,27 @@ def test_rig_train_with_a_bad_port_is_one_line(
     assert err == ["ERROR rig: RIG_METRICS_PORT='99999' is not a TCP port; use 1-65535 (default 9464), "
                    "or 0 to serve no metrics"]  # fmt: skip
     assert not list(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------------- where it is served
+def test_compose_publishes_metrics_on_the_hosts_loopback_only() -> None:
+    import yaml
+
+    from tests.helpers import REPO
+
+    ports = yaml.safe_load((REPO / "compose.yaml").read_text())["services"]["workstation"]["ports"]
+    assert [p for p in ports if p.endswith(":9464")] == ["127.0.0.1:${METRICS_PORT:-9464}:9464"]
+
+
+def test_the_pytorchjob_declares_the_port_and_the_scrape_annotations() -> None:
+    import yaml
+
+    from tests.helpers import REPO
+
+    job = yaml.safe_load((REPO / "deploy/pytorchjob.yaml").read_text())
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        pod = replica["template"]
+        assert pod["metadata"]["annotations"] == {
+            "prometheus.io/scrape": "true", "prometheus.io/port": "9464", "prometheus.io/path": "/metrics",
+        }  # fmt: skip
+        assert {"name": "metrics", "containerPort": 9464} in pod["spec"]["containers"][0]["ports"]
