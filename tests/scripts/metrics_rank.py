@@ -53,6 +53,7 @@ def main() -> None:
         run("on_fit_epoch_end")
     run("on_train_end")
     print("done", flush=True)
+    sys.stdin.read()  # a lone trainer serves its own /metrics: until the test has read them
 
 
 if __name__ == "__main__":

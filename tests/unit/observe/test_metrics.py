@@ -75,19 +75,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def rank_process(env: dict[str, str], epochs: int, shard: int, batch: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "metrics_rank.py"), str(epochs), str(shard), str(batch)],
+        env={**os.environ, **env, "PYTHONPATH": str(ENTRYPOINT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def run_ranks(env: dict[str, str], ranks: int, epochs: int, shard: int, batch: int) -> None:
     procs = [
-        subprocess.Popen(
-            [sys.executable, str(SCRIPTS / "metrics_rank.py"), str(epochs), str(shard), str(batch)],
-            env={**os.environ, **env, "RANK": str(r), "LOCAL_RANK": str(r), "PYTHONPATH": str(ENTRYPOINT)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        rank_process({**env, "RANK": str(r), "LOCAL_RANK": str(r)}, epochs, shard, batch)
         for r in range(ranks)
     ]
     for p in procs:
-        out, _ = p.communicate(timeout=120)
+        out, _ = p.communicate("", timeout=120)
         assert p.returncode == 0 and "done" in out and "failed" not in out, out
 
 
@@ -184,6 +189,26 @@ def test_two_ranks_publish_to_one_node_server(served: tuple[node.NodeServer, dic
     # Rank 0 alone publishes the run's series: one sample each, not one per rank.
     assert sum(n == "yolo_train_epoch" for n, _ in samples(text)) == 1
     assert not any(n.startswith(("DCGM_", "rig_gpu_")) for n, _ in samples(text))
+    assert promtool(text) == ""
+
+
+def test_a_trainer_alone_serves_and_publishes_itself() -> None:
+    # device=cpu in one process: no torchrun, no LOCAL_RANK; it serves its own values.
+    port = free_port()
+    env = {config.NODE_ENV: "1", config.ADDR_ENV: "127.0.0.1", config.PORT_ENV: str(port), "RANK": "0"}
+    env.update({"RIG_RUN_GPUS": ""})  # no GPU of the host's in this run
+    proc = rank_process(env, epochs=1, shard=10, batch=4)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("INFO metrics: http://127.0.0.1:"), line
+        assert proc.stdout.readline() == "done\n"
+        text = scrape(port)
+    finally:
+        out, _ = proc.communicate("", timeout=60)
+    assert proc.returncode == 0, out
+    assert value(text, "yolo_train_images_total", rank="0") == 10
+    assert (value(text, "yolo_train_progress_ratio"), value(text, "yolo_train_epochs")) == (1, 1)
     assert promtool(text) == ""
 
 

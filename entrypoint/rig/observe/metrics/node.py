@@ -55,6 +55,9 @@ def serve_node(
         return None
     log.setup()  # torchrun's launcher has not set rig's log lines up
     directory = tempfile.mkdtemp(prefix="rig-metrics-")  # 0700, a fresh name: no other process's files
+    # Before prometheus-client is imported: it picks file-backed values once, from this variable, and
+    # a trainer alone on the CPU publishes from this very process.
+    environ.update(config.publish_env(directory))
     client: Any = importlib.import_module("prometheus_client")
     multiprocess: Any = importlib.import_module("prometheus_client.multiprocess")
     registry = client.CollectorRegistry()
@@ -68,6 +71,8 @@ def serve_node(
         if gpus is not None:
             gpus.close()
         shutil.rmtree(directory, ignore_errors=True)
+        for key in config.publish_env(directory):
+            environ.pop(key, None)
         LOG.warning(
             "/metrics not served: cannot listen on %s:%d (%s); the run goes on without it "
             "(set %s to a free port, or 0 for none)",
@@ -77,7 +82,6 @@ def serve_node(
             config.PORT_ENV,
         )
         return None
-    environ.update(config.publish_env(directory))
     node = NodeServer(endpoint, directory, server, gpus)
     LOG.info(
         "%s for this node's ranks%s (%s=0 turns it off)",
