@@ -108,6 +108,19 @@ def start_run(containers: Containers, command: str, host_port: int, **env: str) 
     )
 
 
+def live(container: Any, scrape_check: Any) -> Any:
+    """scrape_check's value while the run goes on; the test fails at once when the run has ended."""
+    try:
+        value = scrape_check()
+    except requests.RequestException:  # not serving yet
+        value = None
+    if value is None:
+        container.reload()
+        if container.status == "exited":
+            pytest.fail("the run ended before /metrics showed it: " + container.logs().decode()[-3000:])
+    return value
+
+
 def finish(container: Any, timeout: int = 600) -> tuple[int, str]:
     status = container.wait(timeout=timeout)
     return int(status["StatusCode"]), container.logs().decode(errors="replace")
@@ -118,7 +131,7 @@ def test_a_cpu_run_is_scraped_by_prometheus(containers: Containers, tmp_path: Pa
     with prometheus(tmp_path, f"127.0.0.1:{port}") as url:
         c = start_run(containers, f"{TRAIN} epochs=3", port)
         # Live, once validation has run: every series a CPU run has, and promtool finds nothing.
-        text = wait_until(lambda: validated(scrape(port)), timeout=600, interval=0.5)
+        text = wait_until(lambda: live(c, lambda: validated(scrape(port))), timeout=600, interval=0.5)
         assert names(text) >= CPU_SERIES, CPU_SERIES - names(text)
         assert promtool(text) == ""
         rc, logs = finish(c)
@@ -177,7 +190,7 @@ def both_ranks(text: str) -> str | None:
 def test_cpu_ranks_publish_to_one_server_per_node(containers: Containers) -> None:
     port = free_port()
     c = start_run(containers, f"{TRAIN} epochs=2 --cpu-ranks 2", port)
-    text = wait_until(lambda: both_ranks(scrape(port)), timeout=600, interval=0.5)
+    text = wait_until(lambda: live(c, lambda: both_ranks(scrape(port))), timeout=600, interval=0.5)
     for series in ("yolo_train_batch_duration_seconds_count", "yolo_train_dataloader_wait_seconds_total"):
         assert {s.labels["rank"] for f in text_string_to_metric_families(text) for s in f.samples
                 if s.name == series} == {"0", "1"}  # fmt: skip
