@@ -20,6 +20,7 @@ import ctypes
 import errno
 import os
 import platform
+import signal
 import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 
@@ -49,6 +50,17 @@ def set_preferred_node(node: int) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     # maxnode counts bits; the kernel reads one less than it is given.
     rc = libc.syscall(number, MPOL_PREFERRED, mask, ctypes.c_ulong(len(mask) * bits + 1))
+    return 0 if rc == 0 else ctypes.get_errno()
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> int:
+    """SIGKILL this process (and, across exec, the rank) when its parent, torchrun, dies: the rank
+    leads a session of its own, so nothing else would end it if torchrun were killed. 0 or an errno."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     return 0 if rc == 0 else ctypes.get_errno()
 
 
@@ -130,6 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         gpu_environment(plan, local_rank, os.environ.get("CUDA_VISIBLE_DEVICES"), args.gpus_per_rank)
     )
     bind(plan[local_rank], os.environ)
+    parent = os.getppid()
+    if die_with_parent() == 0 and os.getppid() != parent:
+        return 1  # torchrun died before the rank could follow it
     sys.stdout.flush()
     os.execvp(command[0], command)
 

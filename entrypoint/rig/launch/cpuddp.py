@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,22 +32,46 @@ def cpu_ddp_class(base: type) -> type:
 
 
 class GlooDist:
-    """torch.distributed as the validator sees it: `reduce(op=AVG)` becomes SUM, then a division."""
+    """torch.distributed as the validators see it. Validation runs in inference mode, and gloo runs
+    a collective on a thread of its own, outside it, where writing an inference tensor is refused:
+    tensors are handed over as normal copies and written back, objects gathered outside inference
+    mode. And `ReduceOp.AVG`, which gloo lacks, is SUM and a division."""
+
+    _IN_PLACE = frozenset({"reduce", "all_reduce", "broadcast"})
+    _OBJECTS = frozenset(
+        {"gather_object", "all_gather_object", "broadcast_object_list", "scatter_object_list"}
+    )
 
     def __init__(self, dist: Any) -> None:
         self._dist = dist
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._dist, name)
+        found = getattr(self._dist, name)
+        if name in self._IN_PLACE:
+            return lambda tensor, *args, **kwargs: self._in_place(found, tensor, *args, **kwargs)
+        if name in self._OBJECTS:
+            return lambda *args, **kwargs: self._outside_inference(found, *args, **kwargs)
+        return found
 
-    def reduce(self, tensor: Any, dst: int, op: Any = None, **kwargs: Any) -> Any:
+    @staticmethod
+    def _outside_inference(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        torch: Any = importlib.import_module("torch")
+        with torch.inference_mode(False):
+            return fn(*args, **kwargs)
+
+    def _in_place(self, fn: Any, tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        torch: Any = importlib.import_module("torch")
         dist = self._dist
-        if op is None:
-            op = dist.ReduceOp.SUM
-        if op != dist.ReduceOp.AVG:
-            return dist.reduce(tensor, dst, op=op, **kwargs)
-        done = dist.reduce(tensor, dst, op=dist.ReduceOp.SUM, **kwargs)
-        tensor.div_(dist.get_world_size())
+        average = kwargs.get("op") == dist.ReduceOp.AVG
+        if average:
+            kwargs["op"] = dist.ReduceOp.SUM
+        with torch.inference_mode(False):
+            work = tensor.clone()
+            done = fn(work, *args, **kwargs)
+            if average:
+                work = work / dist.get_world_size()
+        with torch.inference_mode(tensor.is_inference()):
+            tensor.copy_(work)
         return done
 
 
@@ -76,20 +101,27 @@ def setup_train() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def validation() -> Iterator[None]:
-    """Around a validation pass on CPU ranks: the loss average over gloo, the model on the CPU."""
-    validator: Any = importlib.import_module("ultralytics.engine.validator")
-    autobackend = validator.AutoBackend
-    kept = {
-        "dist": validator.dist,
-        "get_torch_device_backend": validator.get_torch_device_backend,
-        "AutoBackend": autobackend,
+def validation(validator: Any) -> Iterator[None]:
+    """Around a validation pass on CPU ranks: collectives through GlooDist in every module of the
+    validator's class that holds torch.distributed, the final validation's model on the CPU."""
+    engine: Any = importlib.import_module("ultralytics.engine.validator")
+    dist = engine.dist
+    modules: set[Any] = {engine} | {
+        sys.modules[c.__module__] for c in type(validator).__mro__ if c.__module__ in sys.modules
     }
-    validator.dist = GlooDist(kept["dist"])
-    validator.get_torch_device_backend = lambda _device: _CpuBackend
-    validator.AutoBackend = lambda *args, **kwargs: autobackend(*args, **_on_cpu(**kwargs))
+    kept = [(m, "dist", dist) for m in modules if getattr(m, "dist", None) is dist]
+    autobackend = engine.AutoBackend
+    kept += [
+        (engine, "get_torch_device_backend", engine.get_torch_device_backend),
+        (engine, "AutoBackend", autobackend),
+    ]
+    for module, name, _ in kept:
+        if name == "dist":
+            module.dist = GlooDist(dist)
+    engine.get_torch_device_backend = lambda _device: _CpuBackend
+    engine.AutoBackend = lambda *args, **kwargs: autobackend(*args, **_on_cpu(**kwargs))
     try:
         yield
     finally:
-        for name, value in kept.items():
-            setattr(validator, name, value)
+        for module, name, value in kept:
+            setattr(module, name, value)

@@ -20,6 +20,8 @@ NCCL_TIMEOUT_S = 1800
 # torchrun kills its ranks 30 s after forwarding a stop signal; this replaces those 30 s. Below
 # compose's stop_grace_period (120 s), so the ranks save before Docker kills the container.
 STOP_GRACE_S = 90
+# torch's static rendezvous gives up after this long when a node does not join (its TCPStore timeout).
+RDZV_TIMEOUT_S = 600
 # The ranks agree on a stop every this many batches (one tiny all-reduce and a host sync), not at
 # every batch: a stop lands at most this many batches later.
 STOP_CHECK_EVERY = 10
@@ -54,6 +56,18 @@ def stop_grace(environ: Mapping[str, str]) -> int:
         1,
         3600,
         "keep it below Docker's stop timeout, Kubernetes' terminationGracePeriodSeconds or Slurm's KillWait",
+    )
+
+
+def rendezvous_timeout(environ: Mapping[str, str]) -> int:
+    """RIG_RDZV_TIMEOUT: seconds the nodes of a multi-node job wait for each other to start."""
+    return _seconds(
+        environ,
+        "RIG_RDZV_TIMEOUT",
+        RDZV_TIMEOUT_S,
+        10,
+        86400,
+        "how long node 0 waits for the other nodes, and they for node 0, e.g. while a scheduler finds GPUs",
     )
 
 

@@ -207,6 +207,7 @@ def torchrun_command(
             "--rdzv-backend", "static", "--rdzv-id", node.rdzv_id,
             "--master-addr", host, "--master-port", str(node.master_port),
             "--rdzv-endpoint", f"{host}:{node.master_port}",
+            "--rdzv-conf", f"timeout={ddp.rendezvous_timeout(os.environ)}",  # torch's static: 600 s fixed
         ]  # fmt: skip
     cmd += ["--nproc-per-node", str(len(plan)), "--max-restarts", "0"]
     binder = ["-m", BINDER, "--plan", binding.to_json(plan), "--gpus-per-rank", gpus_per_rank]
@@ -435,7 +436,7 @@ def world_line(devices: Devices, node: nodes.NodeSpec, per_node: int) -> str:
     world = per_node * node.nnodes
     how = {"gpu": "gpu, nccl", "cpu": "cpu, gloo", "mps": "mps"}[devices.kind]
     if world == 1 and devices.kind != "gpu":
-        how += ", one process"
+        how = f"{devices.kind}, one process"
     ranks = "rank" if world == 1 else "ranks"
     nodes_ = "node" if node.nnodes == 1 else "nodes"
     per = "rank" if per_node == 1 else "ranks"
@@ -460,7 +461,8 @@ def plan_train(
     metrics_config.endpoint(os.environ)  # a bad RIG_METRICS_PORT: one line, before anything runs
     if devices.kind == "mps" and node.nnodes > 1:
         raise RigError("device=mps trains in one process; unset NNODES (or the scheduler's node count)")
-    ddp.nccl_timeout(os.environ), ddp.stop_grace(os.environ)  # bad values: one line, before anything runs
+    # Bad values: one line, before anything runs.
+    ddp.nccl_timeout(os.environ), ddp.stop_grace(os.environ), ddp.rendezvous_timeout(os.environ)
     topo = discover()
     if cpu:
         gpu_ids: list[int] = []

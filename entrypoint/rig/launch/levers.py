@@ -58,7 +58,7 @@ def switched_on(raw: str | None, typed: Callable[[str], Any] = _plain_value) -> 
 def decide(
     user_args: Mapping[str, str], *, world: int, cpu: bool, typed: Callable[[str], Any] = _plain_value
 ) -> Levers:
-    """The levers for a run of `world` ranks (1 on the CPU). A pure function of its arguments."""
+    """The levers for a run of `world` ranks (cpu: on CPU ranks). A pure function of its arguments."""
     args = {k: v for k, v in user_args.items() if k != "sync_bn"}
     warnings: list[str] = []
     if cpu and switched_on(args.get("compile"), typed):
@@ -67,8 +67,8 @@ def decide(
     if switched_on(user_args.get("sync_bn"), typed):
         if cpu:
             warnings.append(
-                "sync_bn=True ignored: device=cpu trains in one process, with no other rank to share "
-                "BatchNorm statistics with"
+                "sync_bn=True ignored: device=cpu, and torch's SyncBatchNorm takes GPU tensors only "
+                "(CPU ranks keep a BatchNorm of their own)"
             )
         elif world <= 1:
             warnings.append(

@@ -84,28 +84,31 @@ def _global_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def _stop_agreed(trainer: Any) -> bool:
-    """True on every rank once any rank got a stop signal. Under DDP the ranks compare their flags
-    every ddp.STOP_CHECK_EVERY batches (an all-reduce and a host sync), all on the same batches."""
+def _stop_agreed(trainer: Any) -> int:
+    """The stop signal every rank agrees on once any rank got one (the largest number, if several);
+    0: none. Under DDP the ranks compare their signals every ddp.STOP_CHECK_EVERY batches (an
+    all-reduce and a host sync), all on the same batches, so a rank that got none knows which."""
     torch: Any = importlib.import_module("torch")
     dist: Any = importlib.import_module("torch.distributed")
 
-    local = 1 if STOP.signum else 0
+    local = STOP.signum
     distributed = bool(dist.is_available() and dist.is_initialized())
     trainer.rig_batches = getattr(trainer, "rig_batches", 0) + 1
     if not ddp.stop_check_due(trainer.rig_batches, distributed):
-        return False
+        return 0
     if not distributed:
-        return bool(local)
+        return local
     flag = torch.tensor([local], device=trainer.device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+    return int(flag.item())
 
 
 def _on_batch_end(trainer: Any) -> None:
-    if not trainer.stop and _stop_agreed(trainer):
+    agreed = 0 if trainer.stop else _stop_agreed(trainer)
+    if agreed:
         trainer.stop = True
         trainer.rig_stopping = True
+        trainer.rig_stop_signal = agreed
         _logger.info("stop requested: finishing this batch; resume=True runs this epoch again")
 
 
@@ -126,6 +129,7 @@ def rig_trainer_class(base: type) -> type:
 
     class RigTrainer(base):  # type: ignore[misc]
         rig_stopping = False
+        stopper: Any  # Ultralytics' EarlyStopping, from _setup_train on
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -198,14 +202,20 @@ def rig_trainer_class(base: type) -> type:
 
         def validate(self) -> Any:
             if self.rig_stopping:  # a SIGTERM grace period is too short for a validation pass
+                # Nor is a partial epoch one for early stopping to judge: the loop calls the stopper
+                # next, with the epoch's number and the fitness of the epoch before.
+                if getattr(self, "stopper", None) is not None:
+                    self.stopper = _FrozenStopper(self.stopper)
                 return self.metrics, self.fitness
-            with self._cpu_ranks(cpuddp.validation):
+            with self._cpu_ranks(lambda: cpuddp.validation(self.validator)):
                 return super().validate()
 
         def final_eval(self) -> Any:
             if self.rig_stopping:
                 return None
-            with self._cpu_ranks(cpuddp.validation):
+            if self.world_size > 1 and not _best_on_every_rank(self):
+                return _final_eval_skipped(self)
+            with self._cpu_ranks(lambda: cpuddp.validation(self.validator)):
                 return super().final_eval()
 
         def save_metrics(self, metrics: dict[str, Any]) -> None:
@@ -244,6 +254,47 @@ def rig_trainer_class(base: type) -> type:
     return RigTrainer
 
 
+def _best_on_every_rank(trainer: Any) -> bool:
+    """Whether every rank sees best.pt, agreed by all (global rank 0's file decides for it too).
+    Ultralytics lets each rank look for itself: a rank on a node without the run directory skips
+    the final validation its peers run, and they wait for it in a collective until the timeout."""
+    torch: Any = importlib.import_module("torch")
+    dist: Any = importlib.import_module("torch.distributed")
+    seen = torch.tensor([1 if trainer.best.exists() else 0], device=trainer.device)
+    dist.all_reduce(seen, op=dist.ReduceOp.MIN)
+    return bool(seen.item())
+
+
+def _final_eval_skipped(trainer: Any) -> None:
+    """Ultralytics' end of training without the final validation: rank 0 strips the checkpoints."""
+    if _rank() != 0:
+        return
+    strip: Any = importlib.import_module("ultralytics.utils.torch_utils").strip_optimizer
+    ckpt = strip(trainer.last) if trainer.last.exists() else {}
+    if trainer.best.exists():
+        strip(trainer.best, updates={"train_results": ckpt.get("train_results")})
+        _logger.warning(
+            "final validation skipped: %s is not visible to the ranks of every node (put the run "
+            "directory on storage every node shares); validate it with `yolo val model=%s`",
+            trainer.best,
+            trainer.best,
+        )
+
+
+class _FrozenStopper:
+    """Ultralytics' EarlyStopping as it was before a stop: calling it changes nothing, stops nothing,
+    so the checkpoint keeps the best epoch and fitness of whole epochs."""
+
+    def __init__(self, stopper: Any) -> None:
+        self.rig_stopper = getattr(stopper, "rig_stopper", stopper)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rig_stopper, name)
+
+    def __call__(self, _epoch: int, _fitness: Any) -> bool:
+        return False
+
+
 def _use_sync_batchnorm(trainer: Any) -> None:
     trainer.model, layers = syncbn.to_sync_batchnorm(trainer.model)
     trainer.add_callback("on_pretrain_routine_end", _ema_with_plain_batchnorm)
@@ -266,7 +317,9 @@ def _offline_safe_amp_check(check_amp: Callable[[Any], bool]) -> Callable[[Any],
     def check(model: Any) -> bool:
         utils: Any = importlib.import_module("ultralytics.utils")
         weights = Path(utils.SETTINGS["weights_dir"]) / "yolo26n.pt"
-        if not utils.ONLINE and not weights.is_file():
+        params = getattr(model, "parameters", None)
+        on_cpu = params is not None and next(params()).device.type == "cpu"  # Ultralytics' check: no AMP
+        if not utils.ONLINE and not weights.is_file() and not on_cpu:
             _logger.info(
                 "AMP check skipped: offline and no %s to check with (`make weights W=yolo26n.pt` adds it); "
                 "AMP stays on",
@@ -299,14 +352,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics.attach(model)  # this rank's series; served here when no launcher serves the node
     trainer_cls = rig_trainer_class(model.task_map[model.task]["trainer"])
     model.train(trainer=trainer_cls, **args)
-    if STOP.signum:
-        last = getattr(model.trainer, "last", None)
-        if rank == 0:
-            _logger.info(
-                "stopped by signal %d; kept %s; continue with: resume=True model=%s", STOP.signum, last, last
-            )
-        return 128 + STOP.signum
-    return 0
+    return _exit_code(model.trainer, rank)
+
+
+def _exit_code(trainer: Any, rank: int) -> int:
+    """128 + the signal on every rank of a run the ranks agreed to stop, whichever rank got it (a
+    scheduler must not count a stopped job as done); 0 for a run that finished, even when a signal
+    came after its last stop check (it is finished: there is nothing to resume)."""
+    agreed = int(getattr(trainer, "rig_stop_signal", 0) or 0)
+    if not agreed:
+        if STOP.signum and rank == 0:
+            _logger.info("signal %d came after the last epoch: the run finished", STOP.signum)
+        return 0
+    if rank == 0:
+        last = getattr(trainer, "last", None)
+        _logger.info("stopped by signal %d; kept %s; continue with: resume=True model=%s", agreed, last, last)
+    return 128 + agreed
 
 
 if __name__ == "__main__":

@@ -185,7 +185,16 @@ def test_multi_node_dry_run_uses_a_static_rendezvous(
     assert cmd[cmd.index("--master-addr") + 1] == "node0" and cmd[cmd.index("--master-port") + 1] == "29411"
     assert cmd[cmd.index("--rdzv-endpoint") + 1] == "node0:29411"  # over any PET_RDZV_ENDPOINT
     assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--node-rank") + 1] == "1"
-    assert "--rdzv-conf" not in cmd
+    # torch's static rendezvous waits 600 s unless told: RIG_RDZV_TIMEOUT, said explicitly.
+    assert cmd[cmd.index("--rdzv-conf") + 1] == "timeout=600"
+    monkeypatch.setenv("RIG_RDZV_TIMEOUT", "1800")
+    assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
+    cmd = shlex.split(capsys.readouterr().out)
+    assert cmd[cmd.index("--rdzv-conf") + 1] == "timeout=1800"
+    monkeypatch.setenv("RIG_RDZV_TIMEOUT", "5")
+    assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 1
+    assert "RIG_RDZV_TIMEOUT='5': use whole seconds between 10 and 86400" in capsys.readouterr().err
+    monkeypatch.delenv("RIG_RDZV_TIMEOUT")
     # 2 nodes x 2 GPUs: the batch must divide by 4, not by this node's 2.
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "batch=6")) == 1
     assert "4 ranks" in capsys.readouterr().err

@@ -41,7 +41,8 @@ def test_trainer_uses_the_global_world_size_and_skips_validation_when_stopping(
     assert cls(1).world_size == 8  # one GPU per node is still DDP across the nodes
     assert cls(0).world_size == 0  # device=cpu: Ultralytics never runs DDP on the CPU
     monkeypatch.setenv("WORLD_SIZE", "1")
-    assert cls(1).world_size == 1
+    t = cls(1)  # one rank: no final-validation agreement to reach (the image tests run it over gloo)
+    assert t.world_size == 1
     assert t.validate() == "validated" and t.final_eval() == "final"
     t.rig_stopping = True  # a SIGTERM grace period has no room for a validation pass
     assert t.validate() == ({"m": 1.0}, 0.5) and t.final_eval() is None
@@ -183,3 +184,18 @@ def test_resume_of_other_checkpoints_is_ultralytics_own(
     resumed.fit()
     assert resumed.start_epoch == 1
     assert not [r for r in caplog.records if r.name == "rig.trainer"]
+
+
+def test_exit_code_follows_the_agreed_stop_not_the_local_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rank of a stopped run exits 128 + the agreed signal, whichever rank got it; a run that
+    finished exits 0 even when a signal came after its last stop check (there is nothing to resume)."""
+    from rig.launch import trainer
+
+    stopped = SimpleNamespace(rig_stop_signal=15, last=Path("last.pt"))
+    finished = SimpleNamespace(last=Path("last.pt"))  # no stop agreed: Ultralytics ran every epoch
+    monkeypatch.setattr(trainer.STOP, "signum", 0)
+    assert trainer._exit_code(stopped, rank=1) == 143  # this rank got no signal itself
+    assert trainer._exit_code(finished, rank=0) == 0
+    monkeypatch.setattr(trainer.STOP, "signum", 15)  # a signal after the last check of the last epoch
+    assert trainer._exit_code(finished, rank=0) == 0
+    assert trainer._exit_code(stopped, rank=0) == 143
