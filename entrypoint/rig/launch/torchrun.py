@@ -96,9 +96,10 @@ def stop_exit_code(signum: int, rank_codes: dict[int, int | None]) -> int:
 
 def agreed_stop(failures: dict[int, Any], rank_codes: dict[int, int | None]) -> int | None:
     """The exit code of ranks that all stopped on one agreed signal (128 + it), or None. failures:
-    torch's, which lists only the ranks that failed; rank_codes: every rank's, where known."""
+    torch's, which lists the first rank that failed; rank_codes: every rank's, where known, except
+    those torchrun killed itself once that rank had failed (its closing signal: a negative code)."""
     codes = {int(getattr(f, "exitcode", -1)) for f in failures.values()}
-    codes |= {c for c in rank_codes.values() if c is not None}
+    codes |= {c for c in rank_codes.values() if c is not None and c >= 0}
     return codes.pop() if len(codes) == 1 and codes <= STOP_CODES else None
 
 
