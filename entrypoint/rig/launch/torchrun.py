@@ -96,9 +96,12 @@ def stop_exit_code(signum: int, rank_codes: dict[int, int | None]) -> int:
     return 128 + signum
 
 
-def agreed_stop(failures: dict[int, Any]) -> int | None:
-    """The exit code of ranks that all stopped on an agreed signal (128 + it), or None."""
+def agreed_stop(failures: dict[int, Any], rank_codes: dict[int, int | None]) -> int | None:
+    """The exit code of ranks that all stopped on one agreed signal (128 + it), or None. failures:
+    torch's, which lists the first rank that failed; rank_codes: every rank's, where known, except
+    those torchrun killed itself once that rank had failed (its closing signal: a negative code)."""
     codes = {int(getattr(f, "exitcode", -1)) for f in failures.values()}
+    codes |= {c for c in rank_codes.values() if c is not None and c >= 0}
     return codes.pop() if len(codes) == 1 and codes <= STOP_CODES else None
 
 
@@ -122,7 +125,7 @@ def main() -> int:
         _logger.info("signal %d: the ranks exited (local rank: code) %s; exit %d", int(e.sigval), codes, code)
         return code
     except errors.ChildFailedError as e:
-        stopped = agreed_stop(e.failures)
+        stopped = agreed_stop(e.failures, _EXIT_CODES)
         if stopped is None:
             raise
         _logger.info(
