@@ -128,6 +128,7 @@ image:
 up: host-dirs build ## build if needed, then start the workstation (SSH 2222, JupyterLab 8888), e.g. SSH_PUBLIC_KEY="..." make up
 	$(COMPOSE) up -d --wait
 	@$(COMPOSE) logs --no-color --no-log-prefix workstation | grep -E 'INFO serve: (SSH|JupyterLab)'
+	@echo "INFO metrics: http://$$($(COMPOSE) port workstation 9464)/metrics while \`rig train\` runs (Prometheus text; this host only)"
 	@echo "Next: \`make demo-data\` then \`make train\` (a generated dataset), or your own:"
 	@echo "  \`make train DATA=path/to/data.yaml MODEL=yolo11n.pt\` (\`make weights W=yolo11n.pt\` fetches it);"
 	@echo "  host folders as the volumes: DATASETS_DIR=... WEIGHTS_DIR=... RUNS_DIR=... make up (README: Your data)"

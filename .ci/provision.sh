@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Provision a Debian 12 CI host: Docker engine, compose v2, buildx, and the host tools the
-# tests drive (OpenSSH client, headless Chromium). Idempotent: safe to run on every CI start.
+# tests drive (OpenSSH client, headless Chromium, Prometheus). Idempotent: safe to run on every CI start.
 set -euo pipefail
 
 log() { echo "INFO provision: $*"; }
@@ -13,10 +13,16 @@ command -v ssh >/dev/null || need_apt+=(openssh-client)
 command -v chromium >/dev/null || need_apt+=(chromium)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
 command -v openssl >/dev/null || need_apt+=(openssl)
+# Prometheus 2.42 and promtool: the metrics tests scrape a run and lint /metrics with them.
+command -v promtool >/dev/null || need_apt+=(prometheus)
 if ((${#need_apt[@]})); then
   log "apt-get install ${need_apt[*]}"
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+# The tests run their own Prometheus on a free loopback port; the package's service must not hold 9090.
+if command -v systemctl >/dev/null && systemctl list-unit-files prometheus.service >/dev/null 2>&1; then
+  systemctl disable --now prometheus.service >/dev/null 2>&1 || true
 fi
 
 # Compose v2 and buildx are not packaged for bookworm; trixie's builds depend only on libc6.

@@ -132,6 +132,7 @@ def start(project_prefix: str, tmp: Path, **env: str) -> Workstation:
             "SSH_PUBLIC_KEY": key.with_suffix(".pub").read_text().strip(),
             "SSH_PORT": str(free_port()),
             "JUPYTER_PORT": str(free_port()),
+            "METRICS_PORT": str(free_port()),
             **env,
         },
     )

@@ -22,6 +22,18 @@ NVML_ERROR_GPU_IS_LOST = 15
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
+NVML_GPM_METRIC_SM_UTIL = 2
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
+NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+NVML_GPM_METRICS_GET_VERSION = 1
+
+
+class c_nvmlGpmMetricsGet_t:
+    def __init__(self) -> None:
+        self.version = self.numMetrics = 0
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(16)]
 
 
 @dataclass
@@ -37,6 +49,8 @@ class FakeGpu:
     mem_mhz: int = 3201
     capability: tuple[int, int] = (9, 0)
     reads: int = 0
+    minor: int = 0  # /dev/nvidia<minor>
+    gpm: dict[int, float] | None = None  # GPM metric id -> percentage; None: no GPM (before Hopper)
 
 
 class FakeNvml:
@@ -47,6 +61,11 @@ class FakeNvml:
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
     NVML_CLOCK_SM = NVML_CLOCK_SM
     NVML_CLOCK_MEM = NVML_CLOCK_MEM
+    NVML_GPM_METRIC_SM_UTIL = NVML_GPM_METRIC_SM_UTIL
+    NVML_GPM_METRIC_ANY_TENSOR_UTIL = NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    NVML_GPM_METRIC_DRAM_BW_UTIL = NVML_GPM_METRIC_DRAM_BW_UTIL
+    NVML_GPM_METRICS_GET_VERSION = NVML_GPM_METRICS_GET_VERSION
+    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
 
     def __init__(
         self,
@@ -119,3 +138,30 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, h: FakeGpu, kind: int) -> int:
         self._check()
         return h.sm_mhz if kind == NVML_CLOCK_SM else h.mem_mhz
+
+    def nvmlDeviceGetMinorNumber(self, h: FakeGpu) -> int:
+        return h.minor
+
+    def nvmlGpmQueryDeviceSupport(self, h: FakeGpu) -> Any:
+        return SimpleNamespace(isSupportedDevice=int(h.gpm is not None))
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self.gpm_samples = getattr(self, "gpm_samples", 0) + 1  # alive, to check each is freed
+        return SimpleNamespace(gpu=None)
+
+    def nvmlGpmSampleGet(self, h: FakeGpu, sample: Any) -> Any:
+        self._check()
+        if h.gpm is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        sample.gpu = h
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self.gpm_samples -= 1
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        gpm = request.sample2.gpu.gpm
+        for slot in request.metrics[: request.numMetrics]:
+            slot.nvmlReturn = 0 if slot.metricId in gpm else NVML_ERROR_NOT_SUPPORTED
+            slot.value = gpm.get(slot.metricId, 0.0)
+        return request

@@ -23,6 +23,7 @@ from rig.errors import RigError
 from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes
 from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
+from rig.observe.metrics import config as metrics_config
 from rig.spelling import AS_PARSED, Spelling
 from rig.yolo import prepare, tuning
 
@@ -482,6 +483,7 @@ def plan_train(
     devices = choose_devices(user, gpus, ranks, typed)
     cpu = devices.kind != "gpu"
     node = nodes.node_spec(os.environ)
+    metrics_config.endpoint(os.environ)  # a bad RIG_METRICS_PORT: one line, before anything runs
     if devices.kind == "mps" and node.nnodes > 1:
         raise RigError("device=mps trains in one process; unset NNODES (or the scheduler's node count)")
     # Bad values: one line, before anything runs.
@@ -517,6 +519,7 @@ def plan_train(
     env = {**_env_delta(len(plan[0].cpus)), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
     if not cpu:
         env[telemetry.RUN_GPUS_ENV] = run_gpus(plan, gpu_ids)
+    env.update(metrics_config.node_env())
     if cpu and world == 1:
         return Launch(program, env)  # one rank: no process group to join, the container's CPUs unbound
     return Launch(torchrun_command(plan, node, program, python, gpus_per_rank="one"), env)

@@ -10,7 +10,8 @@ a rank still finishing a long batch or a validation pass loses its epoch. Here:
 - a stop exits 128 + the signal, as a single process does, not 1 with torch's traceback: torch's
   agent re-raises the signal as an exception once the ranks are gone. When the ranks had finished
   the run (the signal came after their last stop check) it exits 0; when the ranks agreed on a stop
-  torchrun itself did not get (another node's), it exits their 128 + signal, in one line.
+  torchrun itself did not get (another node's), it exits their 128 + signal, in one line;
+- for `rig train` it serves the node's /metrics (rig.observe.metrics) while its ranks run.
 Everything else is torchrun's own.
 """
 
@@ -29,6 +30,7 @@ from typing import Any
 from rig import log
 from rig.errors import RigError
 from rig.launch import ddp
+from rig.observe import metrics
 
 _logger = log.get("torchrun")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -96,9 +98,10 @@ def stop_exit_code(signum: int, rank_codes: dict[int, int | None]) -> int:
 
 def agreed_stop(failures: dict[int, Any], rank_codes: dict[int, int | None]) -> int | None:
     """The exit code of ranks that all stopped on one agreed signal (128 + it), or None. failures:
-    torch's, which lists only the ranks that failed; rank_codes: every rank's, where known."""
+    torch's, which lists the first rank that failed; rank_codes: every rank's, where known, except
+    those torchrun killed itself once that rank had failed (its closing signal: a negative code)."""
     codes = {int(getattr(f, "exitcode", -1)) for f in failures.values()}
-    codes |= {c for c in rank_codes.values() if c is not None}
+    codes |= {c for c in rank_codes.values() if c is not None and c >= 0}
     return codes.pop() if len(codes) == 1 and codes <= STOP_CODES else None
 
 
@@ -112,6 +115,7 @@ def main() -> int:
     install(grace)
     api: Any = importlib.import_module("torch.distributed.elastic.multiprocessing.api")
     errors: Any = importlib.import_module("torch.distributed.elastic.multiprocessing.errors")
+    node = metrics.serve_node(os.environ, launcher=True)  # rig train's: this node's /metrics
     run: Any = importlib.import_module("torch.distributed.run")
     try:
         run.main()
@@ -128,6 +132,9 @@ def main() -> int:
             "the ranks stopped on signal %d, which another node got; exit %d", stopped - 128, stopped
         )
         return stopped
+    finally:
+        if node is not None:
+            node.close()
     return 0
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from rig import log
 from rig.launch import autoresume, checkpoints, cpuddp, ddp, syncbn
-from rig.observe import telemetry
+from rig.observe import metrics, telemetry
 from rig.yolo import cached_dataset
 
 _logger = log.get("trainer")
@@ -370,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rank = _rank()
     if rank == 0:
         telemetry.attach(model, os.environ.get("RIG_RUN_DIR") or None)
+    metrics.attach(model)  # this rank's series; served here when no launcher serves the node
     trainer_cls = rig_trainer_class(model.task_map[model.task]["trainer"])
     model.train(trainer=trainer_cls, **args)
     return _exit_code(model.trainer, rank)

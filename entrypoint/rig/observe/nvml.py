@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -103,6 +103,50 @@ class Nvml:
                 if not _not_supported(m, e):
                     errors.append(f"{name}: {describe_error(e)}")
         return values, errors
+
+    def fb_free_mib(self, index: int) -> float:
+        """Framebuffer memory not in use, MiB (what dcgm-exporter's DCGM_FI_DEV_FB_FREE reports)."""
+        return float(self.m.nvmlDeviceGetMemoryInfo(self._handle(index)).free) / 2**20
+
+    def minor_number(self, index: int) -> int:
+        """N of the GPU's /dev/nvidiaN."""
+        return int(self.m.nvmlDeviceGetMinorNumber(self._handle(index)))
+
+    # GPM (Hopper and newer): activity over the time between two samples, as DCGM's profiling fields.
+    def gpm_supported(self, index: int) -> bool:
+        try:
+            return bool(self.m.nvmlGpmQueryDeviceSupport(self._handle(index)).isSupportedDevice)
+        except Exception:  # an older driver or pynvml without GPM, a vGPU...
+            return False
+
+    def gpm_sample(self, index: int) -> Any:
+        """A GPM sample taken now; pass two to gpm_metrics, then gpm_free each."""
+        sample = self.m.nvmlGpmSampleAlloc()
+        try:
+            return self.m.nvmlGpmSampleGet(self._handle(index), sample)
+        except Exception:
+            self.gpm_free(sample)
+            raise
+
+    def gpm_free(self, sample: Any) -> None:
+        with contextlib.suppress(Exception):
+            self.m.nvmlGpmSampleFree(sample)
+
+    def gpm_metrics(self, first: Any, second: Any, metric_ids: Sequence[int]) -> dict[int, float]:
+        """The GPM metrics (NVML_GPM_METRIC_* ids, percentages) between two samples; a metric NVML
+        cannot compute is left out."""
+        request = self.m.c_nvmlGpmMetricsGet_t()
+        request.version = self.m.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(metric_ids)
+        request.sample1, request.sample2 = first, second
+        for slot, metric_id in enumerate(metric_ids):
+            request.metrics[slot].metricId = metric_id
+        result = self.m.nvmlGpmMetricsGet(request)
+        return {
+            int(result.metrics[slot].metricId): float(result.metrics[slot].value)
+            for slot in range(len(metric_ids))
+            if int(result.metrics[slot].nvmlReturn) == 0
+        }
 
     def _handle(self, index: int) -> Any:
         if index not in self._handles:

@@ -25,5 +25,7 @@ def test_ranks_that_all_stopped_on_one_signal_are_a_stop_not_a_failure() -> None
     assert torchrun.agreed_stop(failures(143, 1), {}) is None  # one rank failed: torch's own report
     assert torchrun.agreed_stop(failures(1), {}) is None
     assert torchrun.agreed_stop(failures(-9), {}) is None
+    # Rank 1 stopped first; torchrun's closing SIGTERM ended rank 0 while it was stopping too.
+    assert torchrun.agreed_stop({1: SimpleNamespace(exitcode=143)}, {0: -15, 1: 143}) == 143
     # Only rank 1 stopped, rank 0 finished as if nothing happened: not an agreed stop.
     assert torchrun.agreed_stop({1: SimpleNamespace(exitcode=143)}, {0: 0, 1: 143}) is None
