@@ -1,9 +1,11 @@
 """Probes of rig.yolo.device_augment, run inside the image by tests/image/test_device_augment.py and
 on a GPU by tools/gpu_check_augment.sh.
 
-  batches DATA DEVICE CACHE WORKERS  stock training batches against ours finished on DEVICE, same seeds:
-                                     labels equal, pixels within 1 level (cache: ram, disk or none)
-  synthetic DEVICE                   Ultralytics' RandomHSV + Format against the device tail, per image,
+  batches DATA DEVICE CACHE WORKERS KERNELS
+                                     stock training batches against ours finished on DEVICE, same seeds:
+                                     labels equal, pixels within 1 level (cache: ram, disk or none;
+                                     kernels: torch, opencv or auto)
+  synthetic DEVICE KERNELS           Ultralytics' RandomHSV + Format against the device tail, per image,
                                      on random and extreme images with the gains RandomHSV drew
   gains N                            N draws: ours equal Ultralytics' draw for draw, same RNG use, and
                                      their distribution is uniform(-gain, gain) (Kolmogorov-Smirnov)
@@ -70,7 +72,7 @@ def first_batches(ds: Any, workers: int, n: int = 3) -> list[dict[str, Any]]:
     return out
 
 
-def batches(data_yaml: str, device: str, cache: str, workers: str) -> None:
+def batches(data_yaml: str, device: str, cache: str, workers: str, kernels: str = "auto") -> None:
     data = check_det_dataset(data_yaml)
     stock_ds, ours_ds = dataset(data, cache, False), dataset(data, cache, True)
     stock, ours = first_batches(stock_ds, int(workers)), first_batches(ours_ds, int(workers))
@@ -79,11 +81,13 @@ def batches(data_yaml: str, device: str, cache: str, workers: str) -> None:
         labels_equal &= all(torch.equal(a[k], b[k]) for k in ("cls", "bboxes", "batch_idx"))
         labels_equal &= a["im_file"] == b["im_file"]
         raw_shape = list(b["img"].shape)
-        finished = device_augment.finish(b, torch.device(device))
+        finished = device_augment.finish(b, torch.device(device), None if kernels == "auto" else kernels)
         stats.append(compare(a["img"], finished["img"].cpu()) | {"raw": raw_shape})
     px = sum(s["pixels"] for s in stats)
     report(
         mode="batches",
+        device=device,
+        kernels=kernels,
         cache=cache,
         workers=int(workers),
         cls=type(ours_ds).__name__,
@@ -110,7 +114,7 @@ def _images(rng: np.random.Generator) -> list[np.ndarray]:
     return [grey, pure, np.ascontiguousarray(ramp), *noise]
 
 
-def synthetic(device: str) -> None:
+def synthetic(device: str, kernels: str = "auto") -> None:
     rng = np.random.default_rng(0)
     deferred_hsv, deferred_format = device_augment._deferred_classes()
     stats = []
@@ -127,12 +131,14 @@ def synthetic(device: str) -> None:
                 fmt = deferred_format(bgr=bgr)
                 labels = fmt.apply_image(labels)
                 raw = labels["img"][None].to(device)
-                ours = hsv_device.tail(raw, labels[device_augment.KEY][None])[0].cpu()
+                rows = labels[device_augment.KEY][None]
+                ours = hsv_device.tail(raw, rows, None if kernels == "auto" else kernels)[0].cpu()
                 stats.append(compare(stock, ours))
     px = sum(s["pixels"] for s in stats)
     report(
         mode="synthetic",
         device=device,
+        kernels=kernels,
         cases=len(stats),
         within1=sum(s["within1"] * s["pixels"] for s in stats) / px,
         exact=sum(s["exact"] * s["pixels"] for s in stats) / px,

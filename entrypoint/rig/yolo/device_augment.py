@@ -143,7 +143,7 @@ def device_augmented(base: Any) -> Any:
 
 
 @contextlib.contextmanager
-def in_use(mode: str, environ: Mapping[str, str] | None = None) -> Iterator[None]:
+def in_use(mode: str, environ: Mapping[str, str] | None = None, announce: bool = True) -> Iterator[None]:
     """While Ultralytics builds the train dataset, the classes it instantiates defer colour and
     layout (unless RIG_DEVICE_AUGMENT=0). Enter it inside cached_dataset.in_use: it wraps whatever
     class is there."""
@@ -151,7 +151,8 @@ def in_use(mode: str, environ: Mapping[str, str] | None = None) -> Iterator[None
     if mode != "train":
         yield
         return
-    _announce(enabled(env), env)
+    if announce:
+        _announce(enabled(env), env)
     if not enabled(env):
         yield
         return
@@ -177,9 +178,10 @@ def _announce(on: bool, environ: Mapping[str, str]) -> None:
     _announced = True
 
 
-def finish(batch: dict[str, Any], device: Any) -> dict[str, Any]:
+def finish(batch: dict[str, Any], device: Any, kernels: str | None = None) -> dict[str, Any]:
     """A collated training batch as Ultralytics' Format would have stacked it, on device: its "img"
-    (N, C, H, W) uint8 RGB. A batch the workers finished themselves passes through unchanged."""
+    (N, C, H, W) uint8 RGB. A batch the workers finished themselves passes through unchanged.
+    kernels: as rig.yolo.hsv_device.tail (None: torch's on an accelerator, OpenCV's on a CPU)."""
     rows = batch.pop(KEY, None)
     if rows is None:
         return batch
@@ -188,5 +190,5 @@ def finish(batch: dict[str, Any], device: Any) -> dict[str, Any]:
 
     params = torch.stack(list(rows)) if isinstance(rows, (list, tuple)) else rows
     img = batch["img"].to(device, non_blocking=getattr(device, "type", str(device)) not in {"cpu", "mps"})
-    batch["img"] = hsv_device.tail(img, params)
+    batch["img"] = hsv_device.tail(img, params, kernels)
     return batch

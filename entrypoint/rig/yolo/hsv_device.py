@@ -104,21 +104,39 @@ def apply_luts(hsv: Any, luts: Any) -> Any:
     return out.reshape(hsv.shape)
 
 
-def tail(img: Any, params: Any) -> Any:
+def tail(img: Any, params: Any, kernels: str | None = None) -> Any:
     """The moved work for one batch: (N, H, W, C) uint8 BGR from the workers and their (N, PARAMS)
-    rows -> (N, C, H, W) uint8, what Ultralytics' Format would have stacked, on img's device."""
+    rows -> (N, C, H, W) uint8, what Ultralytics' Format would have stacked, on img's device.
+
+    kernels: "torch" (these batched operations) or "opencv" (Ultralytics' own calls, image by image,
+    for a CPU, where the batched form only adds memory traffic); None picks by img's device."""
     torch = _torch()
     params = params.to(torch.float64).cpu()
     applied = params[:, 0] > 0
     to_rgb = params[:, 4] > 0
+    kernels = kernels or ("opencv" if img.device.type == "cpu" else "torch")
     out = img
     if img.shape[-1] == 3 and bool(applied.any()):
         idx = applied.nonzero().squeeze(1)
-        luts = hsv_luts(params[idx, 1:4]).to(img.device, non_blocking=True)
-        dev_idx = idx.to(img.device)
-        changed = hsv_to_bgr(apply_luts(bgr_to_hsv(img[dev_idx]), luts))
-        out = img.index_copy(0, dev_idx, changed) if len(idx) < img.shape[0] else changed
+        luts = hsv_luts(params[idx, 1:4])
+        if kernels == "opencv":
+            out = _hsv_opencv(img, idx.tolist(), luts)
+        else:
+            dev_idx = idx.to(img.device)
+            changed = hsv_to_bgr(apply_luts(bgr_to_hsv(img[dev_idx]), luts.to(img.device)))
+            out = img.index_copy(0, dev_idx, changed) if len(idx) < img.shape[0] else changed
     if img.shape[-1] == 3 and bool(to_rgb.any()):
         mask = to_rgb.to(img.device).view(-1, 1, 1, 1)
         out = torch.where(mask, out.flip(-1), out)
     return out.permute(0, 3, 1, 2).contiguous()
+
+
+def _hsv_opencv(img: Any, indices: list[int], luts: Any) -> Any:
+    """RandomHSV.apply_image's calls on a CPU batch, in place: the batch is the collate's own copy."""
+    cv2: Any = importlib.import_module("cv2")
+    arr = img.numpy()
+    tables = luts.permute(0, 2, 1).contiguous().numpy()  # (N, 256, 3): Ultralytics' stacked LUT
+    for k, i in enumerate(indices):
+        hsv = cv2.cvtColor(arr[i], cv2.COLOR_BGR2HSV)
+        cv2.cvtColor(cv2.LUT(hsv, tables[k].reshape(1, 256, 3)), cv2.COLOR_HSV2BGR, dst=arr[i])
+    return img
