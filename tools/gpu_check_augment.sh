@@ -15,6 +15,7 @@
 #   - compile=True with AMP and it on (one epoch: it trains and validates);
 #   - `rig bench --quick` (1280x720 frames): the loader stock against ours, loader.device_tail_ms_per_image
 #     on the GPU, the real run's GPU utilisation and data wait.
+# PARTS (default "probes map compile bench") picks the measures; EPOCHS (default 10) the mAP runs' length.
 # Results under $OUT: gpu.txt, probes.txt, bench-*.json/log, train-*.log, map.txt, summary.txt.
 set -uo pipefail
 
@@ -45,6 +46,9 @@ fi
 "$PY" -c 'from ultralytics.utils import SETTINGS; SETTINGS.update(datasets_dir="'"$WORK"'/datasets", runs_dir="'"$WORK"'/runs", sync=False)' \
     >>"$OUT/gpu.txt" 2>&1
 DEADLINE=${BUDGET_S:-540}
+PARTS=" ${PARTS:-probes map compile bench} "
+EPOCHS=${EPOCHS:-10}
+wanted() { [[ $PARTS == *" $1 "* ]]; }
 
 within_budget() { # name limit log command...
     local name=$1 limit=$2 logf=$3 left=$((DEADLINE - SECONDS))
@@ -60,14 +64,16 @@ within_budget() { # name limit log command...
 }
 
 PROBE="$PY tests/scripts/device_augment_probe.py"
-log "probes on $DEV"
-"$PY" -m rig demo-data "$WORK/d" --train 24 --val 4 --imgsz 200 --height 120 >/dev/null 2>&1
-within_budget probes 120 "$OUT/probes.log" bash -c "
-    $PROBE synthetic $DEV torch && $PROBE batches $WORK/d/data.yaml $DEV ram 2 torch &&
-    $PROBE tail $DEV 16 640 && $PROBE tail $DEV 64 640 && $PROBE tail $DEV 16 1280"
-grep '^PROBE' "$OUT/probes.log" | tee "$OUT/probes.txt" | cut -c1-220 | tee -a "$OUT/summary.txt"
+if wanted probes; then
+    log "probes on $DEV"
+    "$PY" -m rig demo-data "$WORK/d" --train 24 --val 4 --imgsz 200 --height 120 >/dev/null 2>&1
+    within_budget probes 120 "$OUT/probes.log" bash -c "
+        $PROBE synthetic $DEV torch && $PROBE batches $WORK/d/data.yaml $DEV ram 2 torch &&
+        $PROBE tail $DEV 16 640 && $PROBE tail $DEV 64 640 && $PROBE tail $DEV 16 1280"
+    grep '^PROBE' "$OUT/probes.log" | tee "$OUT/probes.txt" | cut -c1-220 | tee -a "$OUT/summary.txt"
+fi
 
-"$PY" -m rig demo-data "$WORK/map" --train 256 --val 64 --imgsz 320 >/dev/null 2>&1
+wanted map || wanted compile && "$PY" -m rig demo-data "$WORK/map" --train 256 --val 64 --imgsz 320 >/dev/null 2>&1
 train() { # name limit env rig-train-arguments
     local name=$1 limit=$2 env=$3 args=$4
     log "train $name: $env rig train --gpus 1 $args"
@@ -84,14 +90,16 @@ print(f"  {sys.argv[2]}: epochs {len(rows)}, mAP50-95 {float(last['metrics/mAP50
       f"mAP50 {float(last['metrics/mAP50(B)']):.4f}, time {float(last['time']):.1f} s")
 EOF
 }
-for seed in 0 1; do
-    train "ours-s$seed" 80 "RIG_DEVICE_AUGMENT=1" "epochs=10 seed=$seed workers=8"
-    train "stock-s$seed" 80 "RIG_DEVICE_AUGMENT=0" "epochs=10 seed=$seed workers=8"
-done
-train compile-amp 150 "RIG_DEVICE_AUGMENT=1" "epochs=1 amp=True compile=True workers=8"
+if wanted map; then
+    for seed in 0 1; do
+        train "ours-s$seed" 80 "RIG_DEVICE_AUGMENT=1" "epochs=$EPOCHS seed=$seed workers=8"
+        train "stock-s$seed" 80 "RIG_DEVICE_AUGMENT=0" "epochs=$EPOCHS seed=$seed workers=8"
+    done
+fi
+wanted compile && train compile-amp 150 "RIG_DEVICE_AUGMENT=1" "epochs=1 amp=True compile=True workers=8"
 
-log "bench: rig bench --quick --ranks 0 --train-images 512 (1280x720 frames)"
-if within_budget bench 150 "$OUT/bench-720p.log" "$PY" -m rig bench --quick --ranks 0 --train-images 512 \
+wanted bench && log "bench: rig bench --quick --ranks 0 --train-images 512 (1280x720 frames)"
+if wanted bench && within_budget bench 150 "$OUT/bench-720p.log" "$PY" -m rig bench --quick --ranks 0 --train-images 512 \
     --json "$OUT/bench-720p.json"; then
     "$PY" - "$OUT/bench-720p.json" <<'EOF' | tee -a "$OUT/summary.txt"
 import json, sys
