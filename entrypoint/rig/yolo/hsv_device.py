@@ -125,10 +125,24 @@ def tail(img: Any, params: Any, kernels: str | None = None) -> Any:
             dev_idx = idx.to(img.device)
             changed = hsv_to_bgr(apply_luts(bgr_to_hsv(img[dev_idx]), luts.to(img.device)))
             out = img.index_copy(0, dev_idx, changed) if len(idx) < img.shape[0] else changed
+    if kernels == "opencv":
+        return _layout_numpy(out, (to_rgb & (img.shape[-1] == 3)).tolist())
     if img.shape[-1] == 3 and bool(to_rgb.any()):
         mask = to_rgb.to(img.device).view(-1, 1, 1, 1)
         out = torch.where(mask, out.flip(-1), out)
     return out.permute(0, 3, 1, 2).contiguous()
+
+
+def _layout_numpy(img: Any, to_rgb: list[bool]) -> Any:
+    """HWC -> CHW, channels reversed where drawn: one strided copy per image, as Format's own."""
+    np: Any = importlib.import_module("numpy")
+    arr = img.numpy()
+    n, h, w, c = arr.shape
+    out = np.empty((n, c, h, w), dtype=arr.dtype)
+    for i in range(n):
+        chw = arr[i].transpose(2, 0, 1)
+        out[i] = chw[::-1] if to_rgb[i] else chw
+    return _torch().from_numpy(out)
 
 
 def _hsv_opencv(img: Any, indices: list[int], luts: Any) -> Any:
