@@ -120,16 +120,18 @@ def synthetic(device: str, kernels: str = "auto") -> None:
     stats = []
     for hyp in (HYP, (0.5, 0.5, 0.5), (0.0, 0.0, 0.0), (0.015, 0.0, 0.0), (1.0, 0.9, 0.9)):
         for i, img in enumerate(_images(rng)):
-            for bgr in (0.0, 1.0):
+            for bgr, flip in ((0.0, None), (1.0, None), (0.0, np.fliplr), (0.0, np.flipud), (1.0, np.fliplr)):
                 seed = 1000 * len(stats) + i
+                flipped = flip or (lambda a: a)  # RandomFlip's output: a view of the image
                 np.random.seed(seed)
                 random.seed(seed)
-                stock = Format(bgr=bgr).apply_image(RandomHSV(*hyp).apply_image({"img": img.copy()}))["img"]
+                labels = RandomHSV(*hyp).apply_image({"img": img.copy()})
+                stock = Format(bgr=bgr).apply_image({"img": flipped(labels["img"])})["img"]
                 np.random.seed(seed)
                 random.seed(seed)
                 labels = deferred_hsv(*hyp).apply_image({"img": img.copy()})
-                fmt = deferred_format(bgr=bgr)
-                labels = fmt.apply_image(labels)
+                labels["img"] = flipped(labels["img"])
+                labels = deferred_format(bgr=bgr).apply_image(labels)
                 raw = labels["img"][None].to(device)
                 rows = labels[device_augment.KEY][None]
                 ours = hsv_device.tail(raw, rows, None if kernels == "auto" else kernels)[0].cpu()
@@ -200,7 +202,9 @@ def tail(device: str, batch: str, imgsz: str) -> None:
     img = torch.randint(0, 256, (b, s, s, 3), dtype=torch.uint8).pin_memory() if dev.type == "cuda" else None
     if img is None:
         img = torch.randint(0, 256, (b, s, s, 3), dtype=torch.uint8)
-    rows = torch.tensor([[1.0, 0.01, 0.5, -0.3, 1.0]] * b, dtype=torch.float64)
+    rows = torch.tensor(
+        [[1.0, 0.01, 0.5, -0.3, 1.0, float(i % 2), 0.0] for i in range(b)], dtype=torch.float64
+    )
     times = []
     for i in range(23):
         if dev.type == "cuda":

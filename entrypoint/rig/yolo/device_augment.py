@@ -7,7 +7,9 @@ dataset's transforms keep every step and every random draw as they are, except t
 - RandomHSV draws its gains exactly as Ultralytics does (np.random.uniform(-1, 1, 3) times the
   hyperparameters, under the same conditions) and leaves the pixels alone;
 - Format draws its BGR -> RGB coin exactly as Ultralytics does (random.uniform(0, 1) > bgr) and
-  hands the uint8 image over as it is, HWC and BGR, beside one row of parameters (KEY);
+  hands the uint8 image over as it is, HWC and BGR, beside one row of parameters (KEY); where
+  RandomFlip left a flipped view, the unflipped pixels go and the row says which axes to reverse
+  (the flip's draw and its labels stay the worker's);
 so the workers' RNG streams, the labels, mosaic, mixup, the flips and every later draw are the
 stock ones. The trainer's `preprocess_batch` calls `finish`, which applies rig.yolo.hsv_device's
 batched tail on the training device, then Ultralytics' own normalisation follows.
@@ -31,7 +33,7 @@ from rig import flags, log
 
 _logger = log.get("trainer")
 SWITCH = "RIG_DEVICE_AUGMENT"  # 0: Ultralytics' own pipeline, colour and layout in the workers
-KEY = "rig_device_tail"  # per image: [hsv applied, h gain, s gain, v gain, to RGB]
+KEY = "rig_device_tail"  # per image: rig.yolo.hsv_device.PARAMS
 _GAINS = "rig_hsv_gains"  # RandomHSV -> Format, inside one sample's transforms
 _CLASSES = ("YOLODataset", "YOLOMultiModalDataset")  # the names build_yolo_dataset instantiates
 PREFIX = "DeviceAugmented"
@@ -85,8 +87,14 @@ def _deferred_classes() -> tuple[Any, Any]:
                     img = img[..., None]
                 # Format's own draw, made whatever the channels (it is made before the `and`)
                 to_rgb = random.uniform(0, 1) > self.bgr and img.shape[2] == 3
+                # RandomFlip's np.fliplr/flipud are views: copying one (2-5 ms for a flipped HWC
+                # image) would cost more than Format did. The view's unflipped base goes as it is
+                # and the device reverses the pixels in its copy.
+                flip_w, flip_h = img.strides[1] < 0, img.strides[0] < 0
+                img = img[:: -1 if flip_h else 1, :: -1 if flip_w else 1]
                 labels["img"] = torch.from_numpy(np.ascontiguousarray(img))
-                labels[KEY] = torch.tensor((*gains, float(to_rgb)), dtype=torch.float64)
+                row = (*gains, float(to_rgb), float(flip_w), float(flip_h))
+                labels[KEY] = torch.tensor(row, dtype=torch.float64)
             return labels
 
     DeferredHSV.__module__ = DeferredFormat.__module__ = __name__

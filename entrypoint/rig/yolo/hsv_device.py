@@ -9,7 +9,8 @@ then Format._format_img) done here for a whole batch where the batch is going an
   3. HSV -> BGR as OpenCV's 8-bit `cvtColor(COLOR_HSV2BGR)` computes it in its vector path (which
      takes every pixel but a row's last few): float32 sectors, truncated to 0..255. Its scalar path,
      for those few, rounds instead: there the result may differ by one level;
-  4. the BGR -> RGB flip where Format drew it, and HWC -> CHW.
+  4. the BGR -> RGB flip where Format drew it, RandomFlip's pixel reversal where it flipped (its
+     draw and the labels stay in the worker), and HWC -> CHW.
 Images whose gains Ultralytics would not have applied (zero gains, not 3 channels) skip 1-3, as they
 skip the round trip through HSV there.
 
@@ -25,8 +26,9 @@ HSV_SHIFT = 12  # OpenCV's fixed-point shift in RGB2HSV_b
 HUE_RANGE = 180  # COLOR_BGR2HSV (not _FULL): H in 0..179
 # Per hue sector, which of (v, v(1-s), v(1-s*f), v(1-s(1-f))) is B, G and R: OpenCV's sector_data.
 SECTORS = ((1, 3, 0), (1, 0, 2), (3, 0, 1), (0, 2, 1), (0, 1, 3), (2, 1, 0))
-# One row per image, as the workers hand them over: [hsv applied, h gain, s gain, v gain, to RGB].
-PARAMS = 5
+# One row per image, as the workers hand them over:
+# [hsv applied, h gain, s gain, v gain, to RGB, reverse the width, reverse the height].
+PARAMS = 7
 
 
 def _torch() -> Any:
@@ -114,6 +116,7 @@ def tail(img: Any, params: Any, kernels: str | None = None) -> Any:
     params = params.to(torch.float64).cpu()
     applied = params[:, 0] > 0
     to_rgb = params[:, 4] > 0
+    flip_w, flip_h = params[:, 5] > 0, params[:, 6] > 0
     kernels = kernels or ("opencv" if img.device.type == "cpu" else "torch")
     out = img
     if img.shape[-1] == 3 and bool(applied.any()):
@@ -125,23 +128,24 @@ def tail(img: Any, params: Any, kernels: str | None = None) -> Any:
             dev_idx = idx.to(img.device)
             changed = hsv_to_bgr(apply_luts(bgr_to_hsv(img[dev_idx]), luts.to(img.device)))
             out = img.index_copy(0, dev_idx, changed) if len(idx) < img.shape[0] else changed
+    to_rgb &= img.shape[-1] == 3
     if kernels == "opencv":
-        return _layout_numpy(out, (to_rgb & (img.shape[-1] == 3)).tolist())
-    if img.shape[-1] == 3 and bool(to_rgb.any()):
-        mask = to_rgb.to(img.device).view(-1, 1, 1, 1)
-        out = torch.where(mask, out.flip(-1), out)
+        return _layout_numpy(out, to_rgb.tolist(), flip_w.tolist(), flip_h.tolist())
+    for dim, mask in ((3, to_rgb), (2, flip_w), (1, flip_h)):  # channels, width, height (NHWC)
+        if bool(mask.any()):
+            out = torch.where(mask.to(img.device).view(-1, 1, 1, 1), out.flip(dim), out)
     return out.permute(0, 3, 1, 2).contiguous()
 
 
-def _layout_numpy(img: Any, to_rgb: list[bool]) -> Any:
-    """HWC -> CHW, channels reversed where drawn: one strided copy per image, as Format's own."""
+def _layout_numpy(img: Any, to_rgb: list[bool], flip_w: list[bool], flip_h: list[bool]) -> Any:
+    """HWC -> CHW with the reversals drawn: one strided copy per image, as Format's own."""
     np: Any = importlib.import_module("numpy")
     arr = img.numpy()
     n, h, w, c = arr.shape
     out = np.empty((n, c, h, w), dtype=arr.dtype)
     for i in range(n):
-        chw = arr[i].transpose(2, 0, 1)
-        out[i] = chw[::-1] if to_rgb[i] else chw
+        step = (-1 if to_rgb[i] else 1, -1 if flip_h[i] else 1, -1 if flip_w[i] else 1)
+        out[i] = arr[i].transpose(2, 0, 1)[:: step[0], :: step[1], :: step[2]]
     return _torch().from_numpy(out)
 
 
