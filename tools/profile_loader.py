@@ -1,10 +1,12 @@
-"""Where a train image's loader time goes: `ds[i]` with and without the RAM cache, its top
-functions under cProfile, and JPEG decode + resize cost by source size (BENCHMARKS.md).
+"""Where a train image's loader time goes: `ds[i]` with and without the RAM cache, and with colour
+and layout left to the device (rig.yolo.device_augment), their top functions under cProfile, the
+device tail per image on this CPU, and JPEG decode + resize cost by source size (BENCHMARKS.md).
 
 Runs inside the image, one process, no workers:
     docker run --rm --network none -v "$PWD/tools:/tools:ro" yolo-rig:cu121 python /tools/profile_loader.py
 """
 
+import contextlib
 import cProfile
 import pstats
 import statistics
@@ -13,7 +15,9 @@ import time
 from pathlib import Path
 
 import cv2
+import torch
 import yaml
+from rig.yolo import device_augment
 from rig.yolo.demo_data import make_demo_dataset
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_yolo_dataset
@@ -21,11 +25,35 @@ from ultralytics.data import build_yolo_dataset
 IMGSZ, BATCH, WARMUP, SAMPLES = 640, 16, 20, 200
 
 
-def dataset(data_yaml: Path, cache: object) -> object:
+def dataset(data_yaml: Path, cache: object, deferred: bool = False) -> object:
     data = yaml.safe_load(data_yaml.read_text())
     data["train"] = str(Path(data["path"]) / data["train"])
     cfg = get_cfg(overrides={"imgsz": IMGSZ, "batch": BATCH, "cache": cache})
-    return build_yolo_dataset(cfg, data["train"], BATCH, data, mode="train", stride=32)
+    hook = device_augment.in_use("train", {}, announce=False) if deferred else contextlib.nullcontext()
+    with hook:
+        return build_yolo_dataset(cfg, data["train"], BATCH, data, mode="train", stride=32)
+
+
+def top_functions(ds: object, title: str) -> None:
+    profile = cProfile.Profile()
+    profile.runcall(per_image_ms, ds)
+    print(f"\ntop functions per image, {title} ({SAMPLES} samples):")
+    stats = pstats.Stats(profile).sort_stats("tottime")
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:8]  # type: ignore[attr-defined]
+    for (file, _, name), (_, _, tottime, _, _) in rows:
+        print(f"  {tottime / SAMPLES * 1000:5.2f} ms  {name} ({Path(file).name})")
+
+
+def tail_ms(ds: object) -> float:
+    """The device tail of one collated batch of ds on this CPU (OpenCV's calls), per image."""
+    batch = type(ds).collate_fn([ds[i] for i in range(BATCH)])  # type: ignore[index]
+    times = []
+    for _ in range(6):
+        copy = {"img": batch["img"].clone(), device_augment.KEY: batch[device_augment.KEY]}
+        t0 = time.perf_counter()
+        device_augment.finish(copy, torch.device("cpu"))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:]) / BATCH * 1000
 
 
 def per_image_ms(ds: object) -> float:
@@ -43,15 +71,12 @@ def main() -> None:
     data_yaml = make_demo_dataset(root / "d640", train=64, val=8, imgsz=640)
     for cache in (False, "ram"):
         print(f"ds[i], 640 px source, cache={cache}: {per_image_ms(dataset(data_yaml, cache)):.1f} ms/image")
+    ours = dataset(data_yaml, "ram", deferred=True)
+    print(f"ds[i], 640 px source, cache=ram, device augment: {per_image_ms(ours):.1f} ms/image")
+    print(f"  its device tail on this CPU (OpenCV in the training process): {tail_ms(ours):.2f} ms/image")
 
-    ds = dataset(data_yaml, "ram")
-    profile = cProfile.Profile()
-    profile.runcall(per_image_ms, ds)
-    print(f"\ntop functions per image, cache=ram ({SAMPLES} samples):")
-    stats = pstats.Stats(profile).sort_stats("tottime")
-    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:8]  # type: ignore[attr-defined]
-    for (file, _, name), (_, _, tottime, _, _) in rows:
-        print(f"  {tottime / SAMPLES * 1000:5.2f} ms  {name} ({Path(file).name})")
+    top_functions(dataset(data_yaml, "ram"), "cache=ram")
+    top_functions(ours, "cache=ram, device augment")
 
     print("\ndecode and resize, one JPEG:")
     for size in (640, 1280):

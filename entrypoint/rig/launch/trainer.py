@@ -24,7 +24,7 @@ from typing import Any
 from rig import log
 from rig.launch import autoresume, checkpoints, cpuddp, ddp, syncbn
 from rig.observe import metrics, telemetry
-from rig.yolo import cached_dataset
+from rig.yolo import cached_dataset, device_augment
 
 _logger = log.get("trainer")
 # Every way a run is stopped from outside: `docker stop`, Kubernetes and Slurm (TERM), Ctrl-C (INT,
@@ -182,8 +182,12 @@ def rig_trainer_class(base: type) -> type:
 
         def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:
             # cache=ram: one decoded copy per node, mapped by every rank (rig.yolo.cached_dataset).
-            with cached_dataset.in_use(self.args):
+            # Training: colour and layout left to preprocess_batch, on the device (rig.yolo.device_augment).
+            with cached_dataset.in_use(self.args), device_augment.in_use(mode):
                 return super().build_dataset(img_path, mode, batch)
+
+        def preprocess_batch(self, batch: dict[str, Any]) -> Any:
+            return super().preprocess_batch(device_augment.finish(batch, self.device))
 
         def set_model_attributes(self) -> None:
             super().set_model_attributes()

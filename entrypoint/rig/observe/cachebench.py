@@ -6,6 +6,8 @@ summed over the ranks). Three phases, fresh processes each:
   stock      Ultralytics' own cache: every process decodes every image and keeps its copy;
   ours       the node image cache, cold (an empty cache folder): one process builds, the others map;
   ours warm  the same again, the file already there: a second run.
+The ours phases build as `rig train` does, colour and layout left to the device (rig.yolo.device_augment,
+unless RIG_DEVICE_AUGMENT=0), so their loader rate is the workers' and the collate's alone.
 Memory the cache holds on the node: what the processes' anonymous memory grew by while building
 (/proc/self/smaps_rollup Pss_Anon + Pss_Shmem: Ultralytics' buffer is anonymous, a mapped file is
 not), plus the cache file's bytes in the page cache (mincore).
@@ -82,13 +84,15 @@ def _rank(job: _Job, rank: int, barrier: Any, results: Any) -> None:
     os.environ.update({"RIG_CACHE_DIR": job.cache_dir, "LOCAL_RANK": str(rank), "YOLO_VERBOSE": "False"})
     cfg_mod: Any = importlib.import_module("ultralytics.cfg")
     data_mod: Any = importlib.import_module("ultralytics.data")
-    from rig.yolo import cached_dataset
+    from rig.yolo import cached_dataset, device_augment
 
     cfg = cfg_mod.get_cfg(overrides={"imgsz": job.imgsz, "batch": job.batch, "cache": "ram"})
-    hook = contextlib.nullcontext() if job.phase == "stock" else cached_dataset.in_use(cfg)
     barrier.wait(TIMEOUT_S)
     before, t0 = _anon_bytes(), time.monotonic()
-    with hook:
+    with contextlib.ExitStack() as hooks:
+        if job.phase != "stock":  # as rig train builds it: the node cache, colour left to the device
+            hooks.enter_context(cached_dataset.in_use(cfg))
+            hooks.enter_context(device_augment.in_use("train", announce=False))
         ds = data_mod.build_yolo_dataset(cfg, job.data["train"], job.batch, job.data, mode="train", stride=32)
     t1 = time.monotonic()
     results.put(("built", rank, t0, t1, _anon_bytes() - before))

@@ -85,3 +85,28 @@ def test_the_compiled_step_is_reported_beside_the_eager_one() -> None:
 def test_compile_needs_a_cxx_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench.shutil, "which", lambda _name: None)
     assert "C++ compiler (g++)" in (bench.compile_blocker() or "")
+
+
+def test_the_device_tail_is_charged_to_the_step_and_shown_beside_the_loader() -> None:
+    assert bench.charge(100.0, None) == 100.0
+    assert bench.charge(100.0, 5.0) == pytest.approx(1 / (0.01 + 0.005))  # 10 ms + 5 ms per image
+    res = _result()
+    loader = bench.LoaderResult(
+        10.0,
+        20.0,
+        2.0,
+        [10.0],
+        [20.0],
+        {"cache": False},
+        {"cache": "ram"},
+        [],
+        0.1,
+        0.5,
+        bench.charge(20.0, 0.5),
+    )
+    table = bench.format_table(bench.BenchResult(**{**res.__dict__, "loader": loader, "step_img_s": 3.0}))
+    assert "loader, ours + device tail" in table and "0.500 ms/image on cpu, charged to the step" in table
+    assert "train step + device tail" in table
+    data = json.loads(bench.BenchResult(**{**res.__dict__, "loader": loader}).to_json())
+    assert data["loader"]["device_tail_ms_per_image"] == 0.5
+    assert "device tail" not in bench.format_table(res)  # RIG_DEVICE_AUGMENT=0: no tail to show
