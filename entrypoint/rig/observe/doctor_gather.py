@@ -25,7 +25,7 @@ from rig.observe import bench as rig_bench
 from rig.observe.bench import BenchResult
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
 from rig.observe.nvml import describe_error, session
-from rig.yolo import cached_dataset, datasets, imagecache, tuning
+from rig.yolo import cached_dataset, datasets, imagecache, settings, tuning
 
 SAMPLE_FILES = 256
 SAMPLE_BYTES = 256 << 20
@@ -188,6 +188,8 @@ def gather(
         bench_requested=bench,
         cuda_stack=env.get("RIG_STACK", versions.DEFAULT_STACK),
         arch_flags=arch_flags if arch_flags is not None or not gpu_facts else torch_arch_flags(),
+        settings_file=str(settings.settings_file(env)),
+        settings_problem=settings.problem(env, root),
     )
 
 
