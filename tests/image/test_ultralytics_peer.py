@@ -70,6 +70,7 @@ def outcomes(containers: Any, peer: Path, script: str, **kwargs: Any) -> dict[st
     line = next((x for x in logs.splitlines() if x.startswith("PEER-OUTCOMES ")), None)
     assert rc == 0 and line is not None, logs[-5000:]
     result: dict[str, str] = json.loads(line.removeprefix("PEER-OUTCOMES "))
+    print(script.split(" && ")[-1][:60], json.dumps(result, indent=1))  # shown by -rA or -s
     return result
 
 

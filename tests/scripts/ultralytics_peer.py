@@ -76,11 +76,15 @@ class Outcomes:
 
 
 def main(sdist_tests: str) -> int:
+    # Before Ultralytics: it decides once, at import, whether pytest runs it (TESTS_RUNNING).
+    import pytest
+
     shutil.copytree(sdist_tests, "tests")
     sys.path.insert(0, os.getcwd())
     make_standins()
-    import pytest
-    from ultralytics.utils import WEIGHTS_DIR
+    from ultralytics.utils import TESTS_RUNNING, WEIGHTS_DIR
+
+    assert TESTS_RUNNING, "Ultralytics does not see pytest: its runs would not go where they do in tests"
 
     plugin = Outcomes(str(WEIGHTS_DIR))
     code = pytest.main(["-p", "no:cacheprovider", "-q", "-rfE", "tests/test_python.py"], plugins=[plugin])
