@@ -42,8 +42,8 @@ def _unzip(wheel: Path, into: Path) -> None:
 
 @pytest.fixture(scope="session")
 def peer_files(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = Path(request.config.cache.mkdir("locked-files")) if request.config.cache else None
-    cache = cache or tmp_path_factory.mktemp("locked-files")
+    store = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    cache = Path(store.mkdir("locked-files")) if store else tmp_path_factory.mktemp("locked-files")
     stage = tmp_path_factory.mktemp("peer")
     with tarfile.open(locked_files.fetch(locked_files.sdist(ULTRALYTICS), cache)) as tar:
         tests = [m for m in tar.getmembers() if m.name.split("/")[1:2] == ["tests"]]
