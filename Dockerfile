@@ -60,17 +60,23 @@ RUN --mount=type=secret,id=ca \
 # gpustat is an sdist built without isolation from the locked setuptools(-scm), hence two steps.
 # STACK: the CUDA stack, one of pyproject.toml's extras; the lock holds both, an image installs one.
 ARG STACK=cu121
+# RIG_FEATURES: Ultralytics features left out by default, as pyproject.toml's dependency groups
+# (e.g. "openvino streamlit"); locked like the rest. Empty: none.
+ARG RIG_FEATURES=""
 WORKDIR /src
+# ${groups} is split into its --group flags on purpose.
+# hadolint ignore=SC2086
 RUN --mount=type=secret,id=ca \
     --mount=type=cache,target=/root/.cache/uv \
     --mount=type=bind,source=uv.lock,target=/src/uv.lock \
     --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
     [ -f /run/secrets/ca ] && export SSL_CERT_FILE=/run/secrets/ca; \
+    groups=""; for g in ${RIG_FEATURES}; do groups="${groups} --group ${g}"; done; \
     { uv export --offline --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
-         --extra "${STACK}" --no-emit-package gpustat -o /tmp/req-base.txt \
+         --extra "${STACK}" ${groups} --no-emit-package gpustat -o /tmp/req-base.txt \
       && uv export --offline --quiet --locked --no-dev --no-emit-project --no-header \
-         --format requirements-txt --extra "${STACK}" -o /tmp/requirements.txt \
-      || { echo "ERROR build: uv.lock is stale for pyproject.toml: run 'make lock', then build again"; exit 1; }; } \
+         --format requirements-txt --extra "${STACK}" ${groups} -o /tmp/requirements.txt \
+      || { echo "ERROR build: uv.lock is stale for pyproject.toml (run 'make lock'), or RIG_FEATURES='${RIG_FEATURES}' names a group pyproject.toml lacks"; exit 1; }; } \
     && uv venv --quiet --python /usr/bin/python3.11 /opt/venv \
     && uv pip install --python /opt/venv/bin/python --quiet --require-hashes --no-deps -r /tmp/req-base.txt \
     && uv pip sync --python /opt/venv/bin/python --quiet --require-hashes --no-build-isolation \
@@ -93,9 +99,10 @@ COPY configs /opt/rig/configs
 COPY docker/merge-ultralytics-cfg.py docker/ultralytics-settings.py /usr/local/lib/rig/
 RUN /opt/venv/bin/python /usr/local/lib/rig/merge-ultralytics-cfg.py /opt/rig/configs/ultralytics.yaml \
         /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml /opt/rig/configs/upstream.yaml
-# Offline settings and fonts, written by the pinned Ultralytics itself. The directory is sticky
-# and world-writable like /tmp because Ultralytics' own DDP launcher writes there, as whatever
-# uid `yolo` is remapped to; the baked files stay root's.
+# Offline settings and fonts, written by the pinned Ultralytics itself: the defaults `rig exec`
+# seeds each user's settings from, and root's own (RIG_USER=root). The directory is sticky and
+# world-writable like /tmp because Ultralytics' own DDP launcher writes there when a user whose
+# settings folder is not writable (`docker run --user`) falls back to it; the baked files stay root's.
 RUN YOLO_CONFIG_DIR=/opt/rig/ultralytics YOLO_OFFLINE=true /opt/venv/bin/python \
         /usr/local/lib/rig/ultralytics-settings.py /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf \
     && chmod 1777 /opt/rig/ultralytics/Ultralytics
@@ -181,11 +188,13 @@ RUN groupadd --gid 1000 yolo \
 WORKDIR /workspace
 EXPOSE 2222 8888 6006
 
-# Ultralytics offline: no connectivity checks or downloads, no pip installs at run time; settings
-# (datasets, weights and runs in the volumes) and fonts baked in /opt/rig/ultralytics.
+# Ultralytics offline: no connectivity checks or downloads, no pip installs at run time. Its
+# settings are the user's, in the `workspace` volume, so `yolo settings` sticks after `down`/`up`;
+# `rig exec` seeds them from the defaults baked in /opt/rig/ultralytics (datasets, weights and runs
+# in the volumes, offline, fonts, TensorBoard on) the first time, as the user (rig/yolo/settings.py).
 ENV YOLO_OFFLINE=true \
     YOLO_AUTOINSTALL=false \
-    YOLO_CONFIG_DIR=/opt/rig/ultralytics
+    YOLO_CONFIG_DIR=/workspace/.config
 # torch.compile's caches in the `cache` volume: the second run of a model does not compile again.
 # The FX graph cache (off by default in torch 2.3) keeps whole compiled graphs, not only kernels: a
 # second tiny CPU run measured 50 s with it, 159 s with the kernels alone, 340 s with nothing (BENCHMARKS.md).
@@ -199,6 +208,10 @@ COPY --from=tuned /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default
      /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml
 COPY --from=tuned /opt/rig/configs /opt/rig/configs
 COPY --from=tuned /opt/rig/ultralytics /opt/rig/ultralytics
+# Under pytest Ultralytics saves a run without an absolute project= in site-packages/tests/tmp/runs
+# (cfg.get_save_dir), read-only here: that folder is a link to the runs volume.
+RUN mkdir -p /opt/venv/lib/python3.11/site-packages/tests/tmp \
+    && ln -s /workspace/runs /opt/venv/lib/python3.11/site-packages/tests/tmp/runs
 COPY --from=tuned --chown=1000:1000 /opt/rig/weights /weights
 RUN mkdir -p /datasets /workspace/runs /cache \
     && chown yolo:yolo /datasets /weights /workspace/runs /cache

@@ -20,6 +20,9 @@ PYTEST_ARGS ?=
 # Pretrained weights to bake into the image's `weights` volume, e.g. "yolo11n.pt yolo26n.pt"
 # (downloaded at build time from Ultralytics' GitHub releases). Empty: nothing is downloaded.
 RIG_WEIGHTS ?=
+# Ultralytics features left out of the default image, as pyproject.toml's dependency groups:
+# FEATURES="openvino streamlit" (docs/ultralytics.md). Empty: none.
+FEATURES ?=
 VENV ?= .venv
 
 comma := ,
@@ -30,6 +33,7 @@ BUILD_ARGS = --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg APT_MIRROR=$(APT_M
 	--build-arg PIP_INDEX_URL=$(PIP_INDEX_URL) --build-arg GIT_REVISION=$(GIT_REVISION) \
 	--build-arg STACK=$(STACK) $(foreach kv,$(STACK_VERSIONS),--build-arg $(kv)) \
 	$(if $(RIG_WEIGHTS),--build-arg RIG_WEIGHTS="$(RIG_WEIGHTS)") \
+	$(if $(FEATURES),--build-arg RIG_FEATURES="$(FEATURES)") \
 	$(if $(CA_BUNDLE),--secret id=ca$(comma)src=$(CA_BUNDLE))
 
 .PHONY: help

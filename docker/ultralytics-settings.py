@@ -3,7 +3,8 @@
 
 Settings are written by the pinned Ultralytics itself, so their schema matches and it never
 rewrites them at run time: absolute directories in the volumes, sync and third-party
-integrations off. The fonts Ultralytics would download on first plot (Arial.ttf,
+integrations off, TensorBoard on. They are the defaults: `rig exec` copies them into each user's
+settings folder (YOLO_CONFIG_DIR, in the `workspace` volume) once, where `yolo settings` changes them. The fonts Ultralytics would download on first plot (Arial.ttf,
 Arial.Unicode.ttf) are links to Debian's DejaVu Sans, installed in the runtime stage.
 
 usage: YOLO_CONFIG_DIR=DIR ultralytics-settings.py FONT_FILE
@@ -25,6 +26,7 @@ SETTINGS = {
     "dvc": False,
     "mlflow": False,
     "raytune": False,
+    "tensorboard": True,  # training curves beside rig's telemetry in the workstation's TensorBoard
     "vscode_msg": False,
     "openvino_msg": False,
 }

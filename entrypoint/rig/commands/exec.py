@@ -3,7 +3,8 @@
 Started as root it gives user yolo the ids in RIG_UID/RIG_GID, applies the GPU environment and the
 proxy's (rig.proxyenv), and
 runs CMD as yolo, except `rig serve` (sshd needs root; it drops privileges for its services) and
-RIG_USER=root. Started as another user (`docker run --user`), it execs CMD as that user.
+RIG_USER=root. Started as another user (`docker run --user`), it execs CMD as that user. Before the
+exec, as the user, Ultralytics' settings are seeded into the user's folder (rig.yolo.settings).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rig.errors import RigError
 from rig.launch import gpuenv
 from rig.workstation import ownership, users
 from rig.workstation.serveconfig import without_secrets
+from rig.yolo import settings
 
 _logger = log.get("exec")
 
@@ -55,6 +57,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
             f"RIG_UID={env['RIG_UID']} needs the container to start as root, but it runs as uid "
             f"{os.geteuid()}; remove `--user` / `user:` (the entrypoint switches to yolo itself)"
         )
+    if not is_serve(command):  # rig serve seeds them for its services, as yolo (workspace.prepare)
+        env = settings.prepared_environ(env, root=os.geteuid() == 0)
     try:
         os.execvpe(command[0], command, env)
     except FileNotFoundError:

@@ -20,6 +20,7 @@ from rig.launch.binding import Plan
 from rig.launch.topology import Topology, format_cpulist
 from rig.observe.bench import BenchResult
 from rig.versions import DEFAULT_STACK, STACKS, Stack, stack_named
+from rig.yolo import settings
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -109,6 +110,8 @@ class Facts:
     user_site: str = ""
     cuda_stack: str = DEFAULT_STACK  # the image's stack (RIG_STACK)
     arch_flags: tuple[str, ...] | None = None  # torch's GPU code in this image; None: unread
+    settings_file: str = ""  # Ultralytics' settings.json for this user
+    settings_problem: str | None = None  # why `yolo settings` would not stick; None: it will
 
 
 # ------------------------------------------------------------------------------------------- checks
@@ -446,6 +449,12 @@ def check_image_cache(f: Facts) -> Check:
     )
 
 
+def check_settings(f: Facts) -> Check:
+    if f.settings_problem is None:
+        return Check("settings", Status.PASS, f"Ultralytics settings {f.settings_file} are writable")
+    return Check("settings", Status.WARN, f.settings_problem, settings.FIX)
+
+
 def check_bench(f: Facts) -> Check:
     if not f.bench_requested:
         return Check("bench", Status.SKIP, "loader vs step throughput not measured; run `rig doctor --bench`")
@@ -499,6 +508,7 @@ CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_stack,
     check_numa,
     check_sys_nice,
+    check_settings,
     check_dataset,
     check_read_speed,
     check_cache_ram,

@@ -26,7 +26,7 @@ from rig.observe.bench import BenchResult
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
 from rig.observe.nvml import describe_error, session
 from rig.workstation import userenv
-from rig.yolo import cached_dataset, datasets, imagecache, tuning
+from rig.yolo import cached_dataset, datasets, imagecache, settings, tuning
 
 SAMPLE_FILES = 256
 SAMPLE_BYTES = 256 << 20
@@ -190,6 +190,8 @@ def gather(
         **user_packages(root),
         cuda_stack=env.get("RIG_STACK", versions.DEFAULT_STACK),
         arch_flags=arch_flags if arch_flags is not None or not gpu_facts else torch_arch_flags(),
+        settings_file=str(settings.settings_file(env)),
+        settings_problem=settings.problem(env, root),
     )
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rig import log, paths, safefs
 from rig.workstation import users
+from rig.yolo import settings
 
 _logger = log.get("workspace")
 NOTEBOOKS = paths.OPT / "notebooks"  # the baked notebooks
@@ -150,13 +151,20 @@ def _seed_into(src: Path, dst: Path, nb_fd: int) -> dict[str, Action]:
 
 
 def prepare_as_user(workspace: Path = paths.WORKSPACE, notebooks: Path = NOTEBOOKS) -> None:
-    """runs/ (TensorBoard's and training's folder) and the notebooks, as whoever calls this."""
+    """runs/ (TensorBoard's and training's folder), the notebooks and Ultralytics' settings (when
+    YOLO_CONFIG_DIR is in the workspace), as whoever calls this."""
     try:
         with safefs.opened_dir(workspace) as wfd:
             os.close(safefs.ensure_dir("runs", wfd))
     except (OSError, safefs.Skipped) as e:
         _skipped(workspace / "runs", e, "training and TensorBoard need a folder there: move it away")
     seed_notebooks(notebooks, workspace / "notebooks")
+    config = os.environ.get(settings.VARIABLE)
+    if config and Path(config).parent == workspace:
+        try:
+            settings.seed(Path(config))
+        except (OSError, safefs.Skipped) as e:
+            _skipped(Path(config), e, "move it away to get the default Ultralytics settings")
 
 
 def prepare(ids: users.Ids, timeout: float = PREPARE_TIMEOUT, **kwargs: Path) -> bool:

@@ -11,17 +11,21 @@ container really has, and the dataset's size:
   the node image cache (rig.yolo.imagecache: RIG_CACHE_DIR writable, with room) that is one copy
   per node, however many ranks: the ranks map one file, held in the page cache. Without it, every
   rank keeps its own copy with Ultralytics' 2x margin. Otherwise `False`, with the numbers.
+  A classification dataset (a folder) is cached at full resolution by Ultralytics, never resized
+  and never checked against RAM: it is sized from a sample of its images' headers, a copy per rank.
 
 Discovery reads the world through `sys_root` and `datasets_dir`; `decide` is pure.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rig import paths
 from rig.yolo import datasets, imagecache
@@ -71,17 +75,31 @@ def _meminfo_available(sys_root: Path) -> int | None:
     return int(m.group(1)) * 1024 if m else None
 
 
+# cgroup v1 writes "no limit" as the largest page-aligned signed 64-bit number (9223372036854771712);
+# anything this large is no limit.
+CGROUP_V1_UNLIMITED = 1 << 60
+# The memory controller's files, (limit, usage), as cgroup v2 and v1 name them inside a container.
+_CGROUP_FILES = (
+    ("sys/fs/cgroup/memory.max", "sys/fs/cgroup/memory.current"),
+    ("sys/fs/cgroup/memory/memory.limit_in_bytes", "sys/fs/cgroup/memory/memory.usage_in_bytes"),
+)
+
+
 def _cgroup_headroom(sys_root: Path) -> int | None:
-    """Bytes the container's cgroup (v2) may still allocate, or None without a limit."""
-    cg = sys_root / "sys/fs/cgroup"
-    try:
-        limit = (cg / "memory.max").read_text().strip()
-        if limit == "max":
+    """Bytes the container's cgroup (v2, else v1) may still allocate, or None without a limit."""
+    for limit_file, usage_file in _CGROUP_FILES:
+        try:
+            limit = (sys_root / limit_file).read_text().strip()
+        except OSError:
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= CGROUP_V1_UNLIMITED:
             return None
-        current = int((cg / "memory.current").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return max(int(limit) - current, 0)
+        try:
+            usage = int((sys_root / usage_file).read_text().strip())
+        except (OSError, ValueError):
+            usage = 0
+        return max(int(limit) - usage, 0)
+    return None
 
 
 def shm_bytes(sys_root: Path = Path("/")) -> tuple[int, int]:
@@ -151,11 +169,13 @@ def decide(
     rank_cpus: int,
     nranks: int,
     world: int | None = None,
+    full_size_bytes: int | None = None,
 ) -> list[Decision]:
     """The `workers` and `cache` arguments to add when the user did not set them.
 
     nranks: the ranks on this node (they share its /dev/shm and RAM); world: the ranks of every
-    node (they share the batch), nranks when not given."""
+    node (they share the batch), nranks when not given. full_size_bytes: a classification dataset's
+    train images decoded at full resolution, what Ultralytics' `cache=ram` holds for it."""
     out: list[Decision] = []
     nranks = max(nranks, 1)
     imgsz = _imgsz(user_args)
@@ -189,7 +209,9 @@ def decide(
     if "cache" not in user_args:
         shm_in_use = workers * shm_per_worker
         budget = resources.mem_available - shm_in_use
-        if train_images is None:
+        if full_size_bytes is not None:
+            out.append(_classify_cache_decision(train_images or 0, full_size_bytes, nranks, budget))
+        elif train_images is None:
             if resources.node_cache_free is not None:
                 out.append(
                     Decision(
@@ -238,6 +260,51 @@ def _cache_decision(images: int, imgsz: int, nranks: int, budget: int, node_free
     return Decision("cache", "False", f"{what} exceeds {_gib(budget)} free RAM; images are decoded per step")
 
 
+def _classify_cache_decision(images: int, one_copy: int, nranks: int, budget: int) -> Decision:
+    need = CACHE_RAM_MARGIN * nranks * one_copy
+    what = (
+        f"classification: {images} images at full resolution = {_gib(one_copy)} (Ultralytics caches them "
+        f"unresized, unchecked) x {nranks} rank(s) x {CACHE_RAM_MARGIN:g} margin = {_gib(need)}"
+    )
+    if need <= budget:
+        return Decision("cache", "ram", f"{what} fits in {_gib(budget)} free RAM")
+    return Decision("cache", "False", f"{what} exceeds {_gib(budget)} free RAM; images are decoded per step")
+
+
+# Image headers read to size a classification dataset: enough for a mean, cheap on a million files.
+CLASSIFY_SAMPLE = 64
+
+
+def _pil_size(path: Path) -> tuple[int, int]:
+    image: Any = importlib.import_module("PIL.Image")
+    with image.open(path) as im:  # reads the header only
+        w, h = im.size
+    return int(w), int(h)
+
+
+def classify_full_size(
+    folder: Path, read_size: Callable[[Path], tuple[int, int]] = _pil_size
+) -> tuple[int, int] | None:
+    """(images, bytes decoded at full resolution) of a classification dataset's train split (its
+    `train/` folder, else the folder), estimated from the headers of an even sample; None when it
+    has no readable images."""
+    train = folder / "train" if (folder / "train").is_dir() else folder
+    images = datasets.images_in(train)
+    if not images:
+        return None
+    step = max(len(images) // CLASSIFY_SAMPLE, 1)
+    sizes = []
+    for path in images[::step][:CLASSIFY_SAMPLE]:
+        try:
+            w, h = read_size(path)
+        except Exception:  # an unreadable image: Ultralytics skips it too
+            continue
+        sizes.append(w * h * 3)
+    if not sizes:
+        return None
+    return len(images), len(images) * sum(sizes) // len(sizes)
+
+
 def launch_decisions(
     *,
     user_args: Mapping[str, str],
@@ -251,7 +318,12 @@ def launch_decisions(
     """Discover the machine and the dataset, then decide (see `decide`)."""
     if datasets_dir is None:
         datasets_dir = sys_root / paths.DATASETS.relative_to("/")
-    images = datasets.count_train_images(data, datasets_dir) if data else None
+    images, full_size = None, None
+    located = datasets.locate(data, datasets_dir) if data else None
+    if located is not None and located.is_dir():  # a classification dataset
+        images, full_size = classify_full_size(located) or (None, None)
+    elif data:
+        images = datasets.count_train_images(data, datasets_dir)
     return decide(
         user_args=user_args,
         train_images=images,
@@ -259,4 +331,5 @@ def launch_decisions(
         rank_cpus=rank_cpus,
         nranks=nranks,
         world=world,
+        full_size_bytes=full_size,
     )

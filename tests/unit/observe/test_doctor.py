@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ def test_a_healthy_box_passes_everything_it_can_check() -> None:
         "stack": PASS,
         "numa": PASS,
         "cap_sys_nice": PASS,
+        "settings": PASS,
         "dataset": SKIP,
         "read_speed": SKIP,
         "cache_ram": SKIP,
@@ -295,7 +297,7 @@ def test_text_report_prints_fixes_only_for_problems_and_json_lists_every_check()
     text = doctor.render_text(checks)
     assert text.count("fix: ") == 2
     assert text.splitlines()[0].startswith("fail  driver")
-    assert text.splitlines()[-1] == "rig doctor: 6 pass, 1 warn, 1 fail, 6 skip"
+    assert text.splitlines()[-1] == "rig doctor: 7 pass, 1 warn, 1 fail, 6 skip"
     data = json.loads(doctor.render_json(checks))
     assert data["ok"] is False
     assert [c["name"] for c in data["checks"]] == [c.name for c in checks]
@@ -351,6 +353,33 @@ def test_gather_reads_proc_sys_and_nvml_through_the_root(tmp_path: Path) -> None
     checks = by_name(facts)
     assert checks["driver"].status == PASS and checks["gpus"].status == PASS
     assert checks["memlock"].status == WARN and checks["numa"].status == PASS
+
+
+def test_unwritable_settings_are_one_warning_with_the_fix() -> None:
+    problem = "/workspace/.config/Ultralytics/settings.json is not writable by uid 1234: ..."
+    checks = doctor.run_checks(healthy(settings_problem=problem))
+    warned = [c for c in checks if c.status is WARN]
+    assert [c.name for c in warned] == ["settings"] and warned[0].detail == problem
+    assert "YOLO_CONFIG_DIR" in warned[0].fix and doctor.exit_code(checks) == 0
+
+
+def test_gather_reads_the_settings_file_through_the_root(tmp_path: Path) -> None:
+    root = fake_root(tmp_path)
+    folder = root / "workspace/.config/Ultralytics"
+    folder.mkdir(parents=True)
+    (folder / "settings.json").write_text("{}")
+    env = {"YOLO_CONFIG_DIR": "/workspace/.config"}
+    facts = doctor_gather.gather(root=root, environ=env, nvml_module=FakeNvml([FakeGpu()]))
+    assert facts.settings_file == "/workspace/.config/Ultralytics/settings.json"
+    assert facts.settings_problem is None
+    (folder / "settings.json").chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        if not os.access(folder / "settings.json", os.W_OK):  # root writes anywhere
+            facts = doctor_gather.gather(root=root, environ=env, nvml_module=FakeNvml([FakeGpu()]))
+            assert facts.settings_problem is not None and "not writable" in facts.settings_problem
+    finally:
+        folder.chmod(0o755)
 
 
 def test_gather_without_nvml_falls_back_to_the_kernel_module_version(tmp_path: Path) -> None:

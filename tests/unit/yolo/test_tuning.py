@@ -6,7 +6,15 @@ import os
 from pathlib import Path
 
 import pytest
-from rig.yolo.tuning import Decision, Resources, decide, launch_decisions, node_cache_free, read_resources
+from rig.yolo.tuning import (
+    Decision,
+    Resources,
+    classify_full_size,
+    decide,
+    launch_decisions,
+    node_cache_free,
+    read_resources,
+)
 
 from tests.helpers.datasets import make_dataset
 
@@ -223,6 +231,67 @@ def test_read_resources(
     res = read_resources(fake_root(tmp_path, meminfo_kb, cgroup_max, current))
     assert res.mem_available == expected
     assert res.shm_free > 0  # a real directory: statvfs of the filesystem under tmp_path
+
+
+def fake_cgroup_v1(root: Path, limit: int, usage: int) -> Path:
+    cg = root / "sys/fs/cgroup/memory"
+    cg.mkdir(parents=True)
+    (cg / "memory.limit_in_bytes").write_text(f"{limit}\n")
+    (cg / "memory.usage_in_bytes").write_text(f"{usage}\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("limit", "usage", "expected"),
+    [
+        (GIB, 256 * MIB, 768 * MIB),  # `docker run --memory=1g` on a cgroup v1 host
+        (4 * GIB, 5 * GIB, 0),  # over the limit already: nothing left
+        (9223372036854771712, GIB, 16 * GIB),  # v1's "no limit": the host's MemAvailable
+    ],
+)
+def test_read_resources_cgroup_v1(tmp_path: Path, limit: int, usage: int, expected: int) -> None:
+    root = fake_cgroup_v1(fake_root(tmp_path, 16 * 1024 * 1024), limit, usage)
+    assert read_resources(root).mem_available == expected
+
+
+def test_cgroup_v1_limit_turns_the_cache_off(tmp_path: Path) -> None:
+    # 800 images at 640 px are 0.9 GiB even as one node-wide copy: over a 1 GiB container's headroom.
+    root = fake_cgroup_v1(fake_root(tmp_path / "root", 16 * 1024 * 1024), GIB, 256 * MIB)
+    data = make_dataset(tmp_path / "ds", 800)
+    got = launch_decisions(user_args={}, data=str(data), rank_cpus=1, nranks=1, sys_root=root)
+    cache = next(d for d in got if d.key == "cache")
+    assert cache.value == "False" and "exceeds" in cache.reason, cache
+
+
+def make_classify(root: Path, per_class: int) -> Path:
+    for split in ("train", "val"):
+        for cls in ("cat", "dog"):
+            (root / split / cls).mkdir(parents=True)
+            for i in range(per_class):
+                (root / split / cls / f"{i}.jpg").write_bytes(b"not read: the size comes from read_size")
+    return root
+
+
+def test_classify_sized_at_full_resolution(tmp_path: Path) -> None:
+    data = make_classify(tmp_path / "cls", 50)
+    images, size = classify_full_size(data, read_size=lambda p: (4000, 3000)) or (0, 0)
+    assert (images, size) == (100, 100 * 4000 * 3000 * 3)  # the train split only, never resized
+    assert classify_full_size(tmp_path / "missing", read_size=lambda p: (1, 1)) is None
+
+
+@pytest.mark.parametrize(("mem", "expected"), [(8 * GIB, "ram"), (6 * GIB, "False")])
+def test_classify_cache_decision(mem: int, expected: str) -> None:
+    # 100 images of 12 MP are 3.4 GiB decoded, 6.7 GiB with the margin, whatever imgsz says.
+    got = decide(
+        user_args={"imgsz": "64"},
+        train_images=100,
+        resources=Resources(mem_available=mem, shm_free=0, node_cache_free=500 * GIB),
+        rank_cpus=1,
+        nranks=1,
+        full_size_bytes=100 * 4000 * 3000 * 3,
+    )
+    cache = next(d for d in got if d.key == "cache")
+    assert cache.value == expected and "full resolution" in cache.reason, cache
 
 
 def test_read_resources_missing_tree(tmp_path: Path) -> None:
