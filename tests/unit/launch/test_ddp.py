@@ -168,3 +168,23 @@ def test_omp_threads_are_decided_from_the_environment_rig_found(monkeypatch: pyt
     monkeypatch.setattr(rig, "USER_ENVIRON", {**rig.USER_ENVIRON, "OMP_NUM_THREADS": "3"})
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own value wins
     assert "OMP_NUM_THREADS" not in job._env_delta(6)
+
+
+# ---- issue 26, item 3: torchrun's store and the backends on the address the job names ------------
+def test_a_single_node_store_gets_a_held_loopback_port_and_loopback_backends() -> None:
+    from rig.launch import torchrun
+
+    argv = ["--nnodes", "1", "--master-addr", "127.0.0.1", "--master-port", "0"]
+    argv += ["--rdzv-endpoint", "127.0.0.1:0", "--no-python", "python", "x.py"]
+    environ: dict[str, str] = {"NCCL_SOCKET_IFNAME": "eth9"}  # the job's own choice stays
+    out, sockets = torchrun.prepare(argv, environ)
+    [(host, port)] = sockets
+    try:
+        assert host == "127.0.0.1" and port > 0 and sockets[(host, port)].getsockname() == (host, port)
+        assert out[out.index("--master-port") + 1] == str(port)
+        assert out[out.index("--rdzv-endpoint") + 1] == f"127.0.0.1:{port}"
+        assert environ == {"NCCL_SOCKET_IFNAME": "eth9", "GLOO_SOCKET_IFNAME": "lo"}
+    finally:
+        sockets[(host, port)].close()
+    multi = ["--master-addr", "node0", "--master-port", "29400"]
+    assert torchrun.prepare(multi, environ) == (multi, {})  # node 0 binds it when its store starts
