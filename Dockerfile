@@ -200,6 +200,10 @@ COPY --from=tuned /opt/rig/ultralytics /opt/rig/ultralytics
 COPY --from=tuned --chown=1000:1000 /opt/rig/weights /weights
 RUN mkdir -p /datasets /workspace/runs /cache \
     && chown yolo:yolo /datasets /weights /workspace/runs /cache
+# JupyterLab's config folder (the server's JUPYTER_CONFIG_DIR): root's and empty, so nothing in
+# ~/.jupyter changes how it authenticates; the marker stops jupyter_core migrating ~/.ipython into it.
+RUN mkdir -p /opt/rig/jupyter \
+    && : >/opt/rig/jupyter/migrated
 
 # Our own code, as late as possible.
 COPY --from=project /opt/rig-project/ /opt/venv/
