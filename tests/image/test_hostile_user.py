@@ -5,6 +5,7 @@ Real clients, real restarts, the real `rig train`/`rig launch` through torchrun 
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -352,3 +353,38 @@ def test_a_new_rig_uid_takes_over_deep_trees_and_says_what_is_left(image: str, t
         assert "is not finished" not in ws.logs()
     finally:
         ws.compose("down", "-v", "-t", "30", check=False)
+
+
+# ---- 9: the smaller items ------------------------------------------------------------------------------
+def test_kills_agents_connections_and_root_caches(ws: Workstation, tmp_path: Path) -> None:
+    # Killing its own JupyterLab, more often than the restart budget (5): the box stays up.
+    cid = ws.compose("ps", "-q", "workstation").stdout.strip()
+    fmt = "{{.RestartCount}} {{.State.StartedAt}}"
+
+    def state() -> str:
+        return subprocess.run(["docker", "inspect", "-f", fmt, cid], capture_output=True, text=True).stdout
+
+    before = state()
+    for _ in range(7):
+        kill_jupyter(ws)
+    wait_until(ws.answers, timeout=90, interval=0.5)
+    assert state() == before and "FATAL" not in ws.logs()
+    # sshd: no agent forwarding, and a cap on one address's unauthenticated connections.
+    effective = ws.exec("/usr/sbin/sshd -T -f /etc/ssh/sshd_config -C user=yolo,host=x,addr=127.0.0.1")
+    assert "allowagentforwarding no" in effective and "persourcemaxstartups 128" in effective
+    agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
+    sock = agent.split("SSH_AUTH_SOCK=")[1].split(";")[0]
+    pid = agent.split("SSH_AGENT_PID=")[1].split(";")[0]
+    try:
+        argv = [*ws.ssh_argv()[:-1], "-A", ws.ssh_argv()[-1], 'echo "agent=${SSH_AUTH_SOCK:-none}"']
+        env = {**os.environ, "SSH_AUTH_SOCK": sock}
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == "agent=none", out.stdout + out.stderr
+    finally:
+        subprocess.run(["kill", pid], check=False)
+    # A command that stays root gets compile caches of its own, not the cache volume yolo writes.
+    run = ws.compose(
+        "run", "--rm", "--no-deps", "-e", "RIG_USER=root", "workstation", "sh", "-c",
+        "echo $TORCHINDUCTOR_CACHE_DIR $TRITON_CACHE_DIR", timeout=180,
+    )  # fmt: skip
+    assert run.stdout.split()[-2:] == ["/root/.cache/torch/inductor", "/root/.cache/torch/triton"], run.stdout
