@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shlex
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import requests
 
 from tests.helpers.fakesys import FakeSys, bus
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import KERNEL_CELL, Workstation, start, up
+from tests.helpers.workstation import KERNEL_CELL, RESULT_LINE, TERMINAL, Workstation, start, up
 
 pytestmark = pytest.mark.image
 
@@ -82,8 +83,13 @@ def test_packages_planted_in_the_workspace_are_never_imported(ws: Workstation, t
     )
     as_yolo(ws, f"set -e; {plant}; rm -f /workspace/planted.log")
     restart(ws)  # JupyterLab and TensorBoard start again (their working folder was /workspace)
-    # TensorBoard works from "/" (JupyterLab too, but its /proc entries are closed to everyone).
+    # TensorBoard works from "/"; JupyterLab from /workspace, where its terminals open, isolated (-I).
     assert as_yolo(ws, "readlink /proc/$(pgrep -o -u yolo -f bin/tensorboard)/cwd").strip() == "/"
+    pwd = 'echo "R""ESULT@@$(pwd)@@"'
+    term = ws.compose(
+        "exec", "-T", "workstation", "timeout", "40", "python", "-", pwd, RESULT_LINE, input=TERMINAL
+    )
+    assert "RESULT@@/workspace@@" in term.stdout, term.stdout + term.stderr  # where terminals open
     # A CPU run, torchrun over the binder and the trainer, a `rig launch`, as yolo from /workspace;
     # then as root (RIG_USER=root, what the PyTorchJob manifest sets) in a one-shot container like
     # `make train`'s. None needs to train: each has imported rig, torch and Ultralytics by the time
@@ -288,7 +294,7 @@ def test_limits_and_a_kernel_that_floods_or_forges_the_log(image: str, tmp_path:
     try:
         up(ws)
         # A fork bomb as yolo ends at the container's pids limit, not the host's pid_max.
-        bomb = as_yolo(ws, f"python -c {FORK_BOMB!r}", timeout=120)
+        bomb = as_yolo(ws, f"python -c {shlex.quote(FORK_BOMB)}", timeout=120)
         assert "stopped at" in bomb and "Resource temporarily unavailable" in bomb, bomb
         assert int(bomb.split()[2]) < 200, bomb
         # A kernel forges `make up`'s line with a carriage return and escape sequences, then floods.

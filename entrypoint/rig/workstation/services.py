@@ -46,8 +46,9 @@ def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: str) -> Serv
     """JupyterLab; `token` travels on its stdin (rig.workstation.labserver): not in its environment,
     which every kernel and terminal inherits, not in argv, which every process sees, not on disk."""
     argv = (
-        # `jupyter lab`, minus a slow import (see there); isolated (rig.safepython) and started in
-        # "/": nothing in /workspace or ~/.local is imported into the server.
+        # `jupyter lab`, minus a slow import (see there); isolated (rig.safepython): nothing in its
+        # working folder (/workspace: terminals open there) or ~/.local is imported into the server,
+        # and Jupyter reads no config from its working folder.
         *safepython.module("/opt/venv/bin/python", "rig.workstation.labserver", safepython.SERVICE),
         "--no-browser",
         "--ServerApp.ip=0.0.0.0",
@@ -67,7 +68,7 @@ def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: str) -> Serv
         JUPYTERLAB_SETTINGS_DIR=str(JUPYTER_USER_DIR / "user-settings"),
         JUPYTERLAB_WORKSPACES_DIR=str(JUPYTER_USER_DIR / "workspaces"),
     )
-    return ServiceSpec("jupyter", argv, JUPYTER_PORT, env, ids, stdin=(token + "\n").encode())
+    return ServiceSpec("jupyter", argv, JUPYTER_PORT, env, ids, WORKSPACE, stdin=(token + "\n").encode())
 
 
 def tensorboard_spec(environ: Mapping[str, str], ids: users.Ids) -> ServiceSpec:

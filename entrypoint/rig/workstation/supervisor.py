@@ -61,15 +61,20 @@ class Status:
     retry_at: float = 0.0
 
 
-def after_exit(status: Status, now: float, policy: Policy, users_own: bool = False) -> Status:
+def after_exit(
+    status: Status, now: float, policy: Policy, users_own: bool = False, killed: bool = False
+) -> Status:
     """BACKOFF with a growing delay, or FATAL once the service has failed too often in a row.
 
-    users_own: the service runs as the sessions' user, who may kill it (and its restarts) at will:
-    an exit after it answered starts the count over, so no user's kills can spend the restart budget
-    and restart the whole workstation (every session dropped). Failing to start still counts.
+    users_own: the service runs as the sessions' user, who may kill it (and every restart) at will.
+    Such an exit (`killed`: by a signal the supervisor did not send), or any exit after it answered,
+    counts no failure: no user's kills can spend the restart budget and restart the whole
+    workstation (every session dropped). Failing to start by itself still counts.
     """
-    running = status.state is State.RUNNING
-    stable = running and (users_own or now - status.since >= policy.stable_after)
+    if users_own and (killed or status.state is State.RUNNING):
+        failures = 0 if status.state is State.RUNNING else status.failures
+        return Status(State.BACKOFF, now, failures, now + policy.backoff_base)
+    stable = status.state is State.RUNNING and now - status.since >= policy.stable_after
     failures = (0 if stable else status.failures) + 1
     if failures >= policy.max_failures:
         return Status(State.FATAL, now, failures)
@@ -168,6 +173,7 @@ class Supervisor:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.pumps: list[threading.Thread] = []
         self.state_unwritten = False  # a state write failed (a full disk): warned once
+        self.timed_out: set[str] = set()  # services the supervisor killed for not answering in time
 
     def run(self) -> int:
         """Supervise until a stop signal; 0 after a clean stop, 1 once a service is FATAL."""
@@ -203,9 +209,10 @@ class Supervisor:
         self.pumps.append(pump)
         self._set(name, replace(self.status[name], state=State.STARTING, since=self.clock()))
 
-    def _failed(self, name: str, how: str) -> None:
+    def _failed(self, name: str, how: str, killed: bool = False) -> None:
         now = self.clock()
-        new = after_exit(self.status[name], now, self.policy, users_own=self.specs[name].ids is not None)
+        users_own = self.specs[name].ids is not None
+        new = after_exit(self.status[name], now, self.policy, users_own, killed)
         self._set(name, new)
         if new.state is State.FATAL:
             log.get(name).error(
@@ -226,8 +233,12 @@ class Supervisor:
                 del self.procs[name]
                 _signal_group(proc.pid, signal.SIGKILL)  # leftovers of the dead service's group
                 code = proc.returncode
+                ours = name in self.timed_out
+                self.timed_out.discard(name)
                 self._failed(
-                    name, f"exited (killed by signal {-code})" if code < 0 else f"exited (code {code})"
+                    name,
+                    f"exited (killed by signal {-code})" if code < 0 else f"exited (code {code})",
+                    killed=code < 0 and not ours,
                 )
             elif status.state is State.STARTING and proc is not None:
                 if self.probe(self.specs[name].port):
@@ -239,6 +250,7 @@ class Supervisor:
                         self.specs[name].port,
                         now - status.since,
                     )
+                    self.timed_out.add(name)  # a failure to start, whoever runs it
                     _signal_group(proc.pid, signal.SIGKILL)
             elif status.state is State.BACKOFF and now >= status.retry_at:
                 self._start(name)

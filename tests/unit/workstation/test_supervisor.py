@@ -586,13 +586,16 @@ def test_control_characters_in_service_output_are_escaped(records: _Records) -> 
 
 
 # ---- issue 26, item 9: a user's kills never spend the restart budget -----------------------------
-def test_a_users_own_service_killed_after_it_answered_never_goes_fatal() -> None:
-    s = Status(State.RUNNING, since=0)
-    for now in range(1, 20):  # killed a second after each restart, again and again
-        s = after_exit(s, now, POLICY, users_own=True)
-        assert (s.state, s.failures) == (State.BACKOFF, 1)
-        s = Status(State.RUNNING, since=now)
+def test_a_users_own_service_killed_again_and_again_never_goes_fatal() -> None:
+    for now in range(1, 20):  # killed a second after each restart, answering or not yet
+        s = Status(State.RUNNING if now % 2 else State.STARTING, since=now - 1)
+        s = after_exit(s, now, POLICY, users_own=True, killed=True)
+        assert (s.state, s.failures, s.retry_at) == (State.BACKOFF, 0, now + 1)
     s = Status(State.STARTING, since=0)
-    for _ in range(POLICY.max_failures):  # failing to start still counts
+    for _ in range(POLICY.max_failures):  # failing to start by itself still counts
         s = after_exit(Status(State.STARTING, 0, s.failures), 1, POLICY, users_own=True)
+    assert s.state is State.FATAL
+    s = Status(State.STARTING, since=0)
+    for _ in range(POLICY.max_failures):  # and a service of root's that is killed counts too
+        s = after_exit(Status(State.STARTING, 0, s.failures), 1, POLICY, killed=True)
     assert s.state is State.FATAL
