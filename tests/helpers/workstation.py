@@ -97,7 +97,9 @@ class Workstation:
 
     def token(self) -> str:
         """The generated Jupyter token of this start, from `rig serve`'s root-only note for `make up`."""
-        urls = self.exec("cat /run/rig/urls")
+        # Before issue 26 the token was kept in the state volume: also read there, to run a test
+        # against an older image and watch it fail for the right reason.
+        urls = self.exec("cat /run/rig/urls 2>/dev/null || echo token=$(cat /var/lib/rig/jupyter_token)")
         match = re.search(r"token=(\w+)", urls)
         assert match, urls
         return match[1]

@@ -314,6 +314,7 @@ def test_limits_and_a_kernel_that_floods_or_forges_the_log(image: str, tmp_path:
             "-",
             code,
             "reply",
+            ws.token(),
             input=KERNEL_CELL,
             timeout=180,
         )
