@@ -104,7 +104,17 @@ def bind_store(sockets: dict[tuple[str, int], socket.socket]) -> None:
                         e.strerror or e,
                     )
             if sock is not None:
-                kwargs["master_listen_fd"] = sock.detach()  # the store's from now on
+                fd = sock.detach()  # the store's from now on
+                try:
+                    return original(host, port, world_size, is_master, *args, master_listen_fd=fd, **kwargs)
+                except (RuntimeError, TypeError, ValueError) as e:  # a torch whose store cannot take it
+                    os.close(fd)
+                    _logger.warning(
+                        "the store cannot take a socket bound to %s:%d (%s): it listens on every interface",
+                        host,
+                        port,
+                        e,
+                    )
         return original(host, port, world_size, is_master, *args, **kwargs)
 
     store.rig_original = original  # type: ignore[attr-defined]

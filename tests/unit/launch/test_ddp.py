@@ -188,3 +188,31 @@ def test_a_single_node_store_gets_a_held_loopback_port_and_loopback_backends() -
         sockets[(host, port)].close()
     multi = ["--master-addr", "node0", "--master-port", "29400"]
     assert torchrun.prepare(multi, environ) == (multi, {})  # node 0 binds it when its store starts
+
+
+def test_a_store_that_cannot_take_the_socket_still_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    import sys
+    import types
+
+    from rig.launch import torchrun
+
+    calls: list[dict[str, object]] = []
+
+    def store(host: str, port: int, world: int, is_master: bool, *args: object, **kwargs: object) -> str:
+        calls.append(kwargs)
+        if "master_listen_fd" in kwargs:
+            raise RuntimeError("no listen fd in this backend")
+        return "store"
+
+    fake = types.ModuleType("static_tcp_rendezvous")
+    fake.TCPStore = store  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch.distributed.elastic.rendezvous.static_tcp_rendezvous", fake)
+    held = torchrun.listen("127.0.0.1", 0)
+    port = held.getsockname()[1]
+    torchrun.bind_store({("127.0.0.1", port): held})
+    assert fake.TCPStore("127.0.0.1", port, 2, True) == "store"  # type: ignore[attr-defined]
+    assert [sorted(c) for c in calls] == [["master_listen_fd"], []]
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", port))  # the held socket was closed: the store may bind the port itself
+    probe.close()
