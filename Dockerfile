@@ -215,6 +215,10 @@ RUN mkdir -p /opt/venv/lib/python3.11/site-packages/tests/tmp \
 COPY --from=tuned --chown=1000:1000 /opt/rig/weights /weights
 RUN mkdir -p /datasets /workspace/runs /cache \
     && chown yolo:yolo /datasets /weights /workspace/runs /cache
+# JupyterLab's config folder (the server's JUPYTER_CONFIG_DIR): root's and empty, so nothing in
+# ~/.jupyter changes how it authenticates; the marker stops jupyter_core migrating ~/.ipython into it.
+RUN mkdir -p /opt/rig/jupyter \
+    && : >/opt/rig/jupyter/migrated
 
 # pip for user yolo's sessions (docs/user-environment.md): the builder's own pip (Debian's bundled
 # wheel), run only by rig's gate (rig/workstation/pipgate.py), which installs into ~/.local on the

@@ -128,10 +128,12 @@ host-dirs:
 image:
 	@docker image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) --no-print-directory build
 
+# The URLs come from the file `rig serve` writes for this (root's), not from the log, which carries
+# whatever a kernel prints too.
 .PHONY: up
 up: host-dirs build ## build if needed, then start the workstation (SSH 2222, JupyterLab 8888), e.g. SSH_PUBLIC_KEY="..." make up
 	$(COMPOSE) up -d --wait
-	@$(COMPOSE) logs --no-color --no-log-prefix workstation | grep -E 'INFO serve: (SSH|JupyterLab)'
+	@$(COMPOSE) exec -T workstation cat /run/rig/urls
 	@echo "INFO metrics: http://$$($(COMPOSE) port workstation 9464)/metrics while \`rig train\` runs (Prometheus text; this host only)"
 	@echo "Next: \`make demo-data\` then \`make train\` (a generated dataset), or your own:"
 	@echo "  \`make train DATA=path/to/data.yaml MODEL=yolo11n.pt\` (\`make weights W=yolo11n.pt\` fetches it);"

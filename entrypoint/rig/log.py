@@ -22,5 +22,16 @@ def setup(level: int = logging.INFO) -> None:
     root.propagate = False
 
 
+def printable(text: str | bytes) -> str:
+    """Text as one harmless log line: bytes that are not UTF-8 as \\xNN, control and format characters
+    (escape sequences, a carriage return, bidi overrides) escaped, so nothing a user names or prints
+    can move the cursor, forge a line or hide one in `docker logs` or a terminal."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "backslashreplace")
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def get(name: str) -> logging.Logger:
     return logging.getLogger(f"rig.{name}")

@@ -154,6 +154,8 @@ def write_file(path: Path, data: bytes, mode: int = 0o644, owner: tuple[int, int
 class ReownResult:
     changed: int = 0
     complete: bool = True
+    left: int = 0  # entries found still owned by the old ids once the deadline passed
+    counted: bool = True  # False: counting `left` ran out of time too ("at least left")
 
 
 def reown_tree(
@@ -162,38 +164,98 @@ def reown_tree(
     new: tuple[int, int],
     deadline: float,
     clock: Callable[[], float] = time.monotonic,
+    count_deadline: float | None = None,
 ) -> ReownResult:
     """Give new uid (gid) whatever under root has the old uid (gid). Links are re-owned themselves
     (never their targets) and never descended into; other file systems mounted below root are left
-    alone. Stops at deadline (a monotonic time) with complete=False.
+    alone. The walk is a loop over a stack of open folders (no recursion: any depth), and the clock
+    is read at every entry (a folder of a million files is no exception). After `deadline` (a
+    monotonic time) it only counts what is left, until `count_deadline`, with complete=False.
     """
     result = ReownResult()
     try:
         root_fd = open_dir(root)
     except (FileNotFoundError, Skipped):
         return result
+    device = os.fstat(root_fd).st_dev
+    # Each level: an open folder and the names of its subfolders still to enter.
+    stack: list[tuple[int, Iterator[str]]] = []
     try:
-        device = os.fstat(root_fd).st_dev
-        _reown_entry(".", root_fd, old, new, result)
-        # fwalk re-checks every directory it enters against the lstat it made: a folder swapped for a
-        # link in between is not followed.
-        for _dirpath, dirnames, filenames, dfd in os.fwalk(".", follow_symlinks=False, dir_fd=root_fd):
-            if clock() > deadline:
-                result.complete = False
+        _visit(".", root_fd, old, new, result, clock() <= deadline)
+        stack.append((root_fd, iter(_subfolders(root_fd, old, new, result, device, clock, deadline))))
+        while stack:
+            fd, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                stack.pop()
+                if fd != root_fd:
+                    os.close(fd)
+                continue
+            if count_deadline is not None and clock() > count_deadline:
+                result.counted = False
                 break
-            for name in list(dirnames):
-                try:
-                    if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_dev != device:
-                        dirnames.remove(name)  # a mount of its own below the volume
-                        continue
-                except OSError:
-                    continue
-                _reown_entry(name, dfd, old, new, result)
-            for name in filenames:
-                _reown_entry(name, dfd, old, new, result)
+            try:
+                # O_NOFOLLOW: a folder swapped for a link since it was listed is not entered.
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue
+            stack.append((child, iter(_subfolders(child, old, new, result, device, clock, deadline))))
     finally:
+        for fd, _ in stack:
+            if fd != root_fd:
+                os.close(fd)
         os.close(root_fd)
+    result.complete = result.left == 0 and result.counted
     return result
+
+
+def _subfolders(
+    dir_fd: int,
+    old: tuple[int, int],
+    new: tuple[int, int],
+    result: ReownResult,
+    device: int,
+    clock: Callable[[], float],
+    deadline: float,
+) -> list[str]:
+    """Re-own (or, past the deadline, count) every entry of one folder; its subfolders to enter."""
+    folders: list[str] = []
+    try:
+        entries = os.scandir(dir_fd)
+    except OSError:
+        return folders
+    with entries:
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if st.st_dev != device:
+                    continue  # a mount of its own below the volume
+                folders.append(entry.name)
+            _visit(entry.name, dir_fd, old, new, result, clock() <= deadline, st)
+    return folders
+
+
+def _visit(
+    name: str,
+    dir_fd: int,
+    old: tuple[int, int],
+    new: tuple[int, int],
+    result: ReownResult,
+    in_time: bool,
+    st: os.stat_result | None = None,
+) -> None:
+    if in_time:
+        _reown_entry(name, dir_fd, old, new, result)
+        return
+    try:
+        st = st or os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return
+    if st.st_uid == old[0] or st.st_gid == old[1]:
+        result.left += 1
 
 
 def _reown_entry(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -95,7 +96,13 @@ class Workstation:
         )
 
     def token(self) -> str:
-        return self.exec("cat /var/lib/rig/jupyter_token").strip()
+        """The generated Jupyter token of this start, from `rig serve`'s root-only note for `make up`."""
+        # Before issue 26 the token was kept in the state volume: also read there, to run a test
+        # against an older image and watch it fail for the right reason.
+        urls = self.exec("cat /run/rig/urls 2>/dev/null || echo token=$(cat /var/lib/rig/jupyter_token)")
+        match = re.search(r"token=(\w+)", urls)
+        assert match, urls
+        return match[1]
 
     def services(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.exec("cat /run/rig/services.json"))
@@ -150,10 +157,10 @@ def up(ws: Workstation) -> None:
 # kernel websocket; waits for the reply (printing the cell's output after OUTPUT:), or only for the
 # cell to start when argv[2] is "start". argv[3], if given, is the token (else the generated one).
 KERNEL_CELL = r"""
-import datetime, json, sys, uuid
+import datetime, json, re, sys, uuid
 from tornado import ioloop, websocket, httpclient
 code, wait = sys.argv[1], sys.argv[2]
-token = sys.argv[3] if len(sys.argv) > 3 else open('/var/lib/rig/jupyter_token').read().strip()
+token = sys.argv[3] if len(sys.argv) > 3 else re.search(r'token=(\w+)', open('/run/rig/urls').read())[1]
 async def main():
     http = httpclient.AsyncHTTPClient()
     r = await http.fetch('http://127.0.0.1:8888/api/kernels', method='POST', body='{}',
@@ -198,7 +205,7 @@ import json, re, sys
 from tornado import ioloop, websocket, httpclient
 typed = sys.argv[1]
 until = sys.argv[2] if len(sys.argv) > 2 else ''
-token = sys.argv[3] if len(sys.argv) > 3 else open('/var/lib/rig/jupyter_token').read().strip()
+token = sys.argv[3] if len(sys.argv) > 3 else re.search(r'token=(\w+)', open('/run/rig/urls').read())[1]
 async def main():
     http = httpclient.AsyncHTTPClient()
     r = await http.fetch('http://127.0.0.1:8888/api/terminals', method='POST', body='{}',

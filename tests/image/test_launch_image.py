@@ -119,6 +119,54 @@ def test_two_cpu_ranks_through_torchrun_and_the_binder_match_the_plan(
         assert len(warnings) == 1 and "cap_add: [SYS_NICE]" in warnings[0], warnings
 
 
+# What listens while two gloo ranks run: every TCP socket in LISTEN state, from /proc/net/tcp{,6}.
+LISTENERS = textwrap.dedent(
+    """
+    import ipaddress, json, os
+    import torch, torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(1))
+    found = []
+    for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        for row in open(table).read().splitlines()[1:]:
+            local, state = row.split()[1], row.split()[3]
+            if state == "0A":
+                addr, port = local.split(":")
+                raw = bytes.fromhex(addr)
+                # /proc writes each 32-bit word in host (little-endian) order.
+                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, size, 4))
+                found.append(f"{ipaddress.ip_address(raw)}:{int(port, 16)}")
+    dist.barrier()
+    os.write(1, ("LISTEN " + json.dumps(sorted(found)) + "\\n").encode())
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_a_single_node_job_listens_on_the_loopback_only(
+    containers: Containers, box: tuple[Path, list[str]]
+) -> None:
+    """torchrun's store and the gloo ranks of a one-node job: nothing another container on the
+    network could reach (--standalone's store listened on every interface, gloo on the container's
+    address)."""
+    root, ids = box
+    (root / "listeners.py").write_text(LISTENERS)
+    (root / "listeners.py").chmod(0o644)
+    topo = f"--sysfs-root /fake/sys --gpu-bus-ids {','.join(ids)}"
+    rc, logs = containers.oneshot(
+        ["bash", "-c", f"rig launch --gpus 2 {topo} -- python /fake/listeners.py"],
+        timeout=120,
+        volumes=_mounts(root),
+        cpuset_cpus="0-1",
+    )
+    assert rc == 0, logs
+    seen = [json.loads(line[7:]) for line in logs.splitlines() if line.startswith("LISTEN ")]
+    assert len(seen) == 2 and all(seen), logs
+    addresses = {entry.rsplit(":", 1)[0] for ranks in seen for entry in ranks}
+    assert addresses <= {"127.0.0.1", "::1"}, seen
+
+
 def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp_path: Path) -> None:
     """Two compose services on the project's network rendezvous (static, gloo) as two nodes, and
     global rank 0 (checkpoints, telemetry, the run directory) is on NODE_RANK=0.
@@ -232,7 +280,8 @@ def test_bad_input_in_the_image_is_one_line_and_dry_run_prints_the_command(
     )
     assert rc == 0, out
     command = out.strip().splitlines()[-1]
-    assert re.search(r"-m rig\.launch\.torchrun --standalone --nnodes 1 --nproc-per-node 2", command), out
+    loopback = r"--rdzv-backend static --rdzv-id single --master-addr 127\.0\.0\.1 --master-port 0"
+    assert re.search(r"-P -m rig\.launch\.torchrun --nnodes 1 --node-rank 0 " + loopback, command), out
     assert "-m rig.launch.binder --plan" in command and "-m rig.launch.trainer" in command
     assert "device=0,1" in command
 

@@ -43,9 +43,6 @@ WRITABLE_BY_DESIGN = (
     "/var/lock",
     # Ultralytics' own DDP launcher writes its temporary scripts here as the user who trains.
     "/opt/rig/ultralytics/Ultralytics",
-    # JupyterLab's token config, yolo's own file in root's /run/rig (rewritten by root at each start,
-    # by rename, never followed).
-    "/run/rig/jupyter_token_config.json",
     # compose mounts /dev/null here when no authorized_keys file is given (find sees the mount
     # point's own type, a file, not the device).
     "/run/secrets/authorized_keys",
@@ -194,11 +191,11 @@ def test_secrets_reach_no_kernel_terminal_or_session(hws: Workstation) -> None:
     term = hws.compose(*args, input=TERMINAL, check=False)
     assert "RESULT@@0@@" in term.stdout, term.stdout + term.stderr
     assert as_yolo(hws, "env | grep -c -E 'PASSWORD|TOKEN'; true").strip() == "0"
-    # JupyterLab itself has the token from a file only yolo reads, not from its environment.
-    # Read as yolo, like any login could (root in the container lacks CAP_SYS_PTRACE for this).
-    environ = as_yolo(hws, "tr '\\0' '\\n' < /proc/$(pgrep -o -u yolo -f '[.]labserver')/environ")
-    assert "PATH=" in environ and "TOKEN" not in environ and "PASSWORD" not in environ
-    assert hws.exec("stat -c '%U %a' /run/rig/jupyter_token_config.json").split() == ["yolo", "600"]
+    # JupyterLab itself has the token on its stdin, not in its environment, and no login can read
+    # its environment, descriptors or memory (it is not dumpable: issue 26's test_hostile_user).
+    environ = hws.ssh("cat /proc/$(pgrep -o -u yolo -f '[.]labserver')/environ")
+    assert environ.returncode != 0 and "Permission denied" in environ.stderr, environ
+    assert hws.exec("ls /run/rig").split() == ["services.json", "urls"]
     # The password still works: sshd's database got it.
     assert hws.ssh("true", password=PASSWORD).returncode == 0
 

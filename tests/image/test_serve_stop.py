@@ -233,16 +233,11 @@ open('/workspace/flood.done', 'w').write(f'{time.monotonic() - started:.1f}')
 """
 
 
-# The kernel's own copy of the fd 1 it inherited from JupyterLab: the pipe to the supervisor.
+# The kernel's own copy of the fd 1 it inherited from JupyterLab (ipykernel keeps it, and sends what
+# is written to fd 1 itself to the notebook): the pipe to the supervisor.
 FLOOD_DIRECT = """\
-import os, time
-pipe = os.readlink(f'/proc/{os.getppid()}/fd/1')
-def same(fd):
-    try:
-        return fd != '1' and os.readlink(f'/proc/self/fd/{fd}') == pipe
-    except OSError:
-        return False
-fd = next(int(fd) for fd in os.listdir('/proc/self/fd') if same(fd))
+import os, sys, time
+fd = sys.stdout._original_stdstream_copy
 block = b'z' * (1 << 20)
 started = time.monotonic()
 for _ in range(1536):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -92,3 +93,28 @@ def test_reown_tree_stops_at_its_deadline(tmp_path: Path) -> None:
     result = safefs.reown_tree(tmp_path, (1000, 1000), (5, 5), deadline=time.monotonic() - 1)
     assert not result.complete
     assert (tmp_path / "a" / "b").stat().st_uid == 1000
+
+
+@needs_root
+def test_reown_tree_walks_any_depth_and_counts_what_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    os.chown(tmp_path, 1000, 1000)
+    fd = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(1500):  # deeper than Python's recursion limit (and than pathlib's rglob goes)
+        os.mkdir("d", dir_fd=fd)
+        os.chown("d", 1000, 1000, dir_fd=fd)
+        fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(parent)
+    os.close(os.open("last.pt", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    os.chown("last.pt", 1000, 1000, dir_fd=fd)
+    os.chdir(fd)  # the deepest folder, to look at last.pt below
+    os.close(fd)
+    late = safefs.reown_tree(tmp_path, (1000, 1000), (5, 5), deadline=time.monotonic() - 1)
+    assert (late.complete, late.changed, late.left, late.counted) == (False, 0, 1502, True)
+    done = safefs.reown_tree(tmp_path, (1000, 1000), (5, 5), deadline=time.monotonic() + 60)
+    assert (done.complete, done.changed, done.left) == (True, 1502, 0)
+    assert os.stat("last.pt").st_uid == 5
+    os.chdir(tmp_path)
+    subprocess.run(["rm", "-rf", "d"], check=True)  # shutil.rmtree (pytest's cleanup) recurses

@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from rig import log, proxyenv
+from rig import log, paths, proxyenv
 from rig.errors import RigError
 from rig.launch import gpuenv
 from rig.workstation import ownership, users
@@ -22,6 +23,23 @@ from rig.workstation.serveconfig import without_secrets
 from rig.yolo import settings
 
 _logger = log.get("exec")
+
+
+# torch.compile's caches (the image's TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR) hold code that the
+# next run loads and executes. The `cache` volume is yolo's: a command that stays root
+# (RIG_USER=root) keeps its own in root's home instead, never shared with a user or another job.
+COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+ROOT_COMPILE_CACHE = Path("/root/.cache/torch")
+
+
+def root_compile_caches(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment for a command that stays root: compile caches outside the user volumes."""
+    env = dict(environ)
+    for name, folder in COMPILE_CACHES.items():
+        value = env.get(name, "")
+        if not value or any(Path(value).is_relative_to(v) for v in paths.USER_VOLUMES):
+            env[name] = str(ROOT_COMPILE_CACHE / folder)
+    return env
 
 
 def is_serve(command: Sequence[str]) -> bool:
@@ -48,10 +66,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if os.geteuid() == 0:
         ids = users.requested_ids(env, users.current_ids())
         users.remap(ids)
-        ownership.follow_ids(ids)
+        ownership.follow_ids(ids, budget_s=ownership.budget(env))
         if not stays_root(command, env):
             env = users.session_environ(env)
             users.drop_privileges(ids)
+        elif not is_serve(command):
+            env = root_compile_caches(env)
     elif env.get("RIG_UID", "").strip() and env["RIG_UID"].strip() != str(os.geteuid()):
         raise RigError(
             f"RIG_UID={env['RIG_UID']} needs the container to start as root, but it runs as uid "

@@ -21,8 +21,9 @@ from rig.workstation import home, serveconfig, services, sessionenv, sshd, users
 from rig.workstation.supervisor import Policy, Supervisor, install_signal_handlers
 
 STATE_DIR = paths.STATE  # the `state` volume
-TOKEN_FILE = STATE_DIR / "jupyter_token"
+OLD_TOKEN_FILE = STATE_DIR / "jupyter_token"  # where a token was kept for good before
 STATE_FILE = paths.SERVICES_STATE
+URLS_FILE = paths.RUN / "urls"
 
 _logger = log.get("serve")
 
@@ -41,15 +42,14 @@ def _seconds(environ: dict[str, str], name: str, default: str, low: float, high:
     return value
 
 
-def load_or_create_token(path: Path = TOKEN_FILE) -> str:
-    """The generated Jupyter token, created once: a re-created container keeps its bookmarks."""
-    if path.exists():
-        token = path.read_text().strip()
-        if token:
-            return token
-    token = secrets.token_hex(24)
-    safefs.write_file(path, (token + "\n").encode(), 0o600)
-    return token
+def write_soft(path: Path, data: bytes, what: str, mode: int = 0o644) -> bool:
+    """A file the workstation can do without (a full disk must not stop it): False and one WARNING."""
+    try:
+        safefs.write_file(path, data, mode)
+    except OSError as e:
+        _logger.warning("cannot write %s (%s): %s", path, e.strerror or e, what)
+        return False
+    return True
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -75,6 +75,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     STATE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
     sessionenv.write(environ)
     home.prepare(ids)  # as yolo, in a child with a deadline: root never acts in the home folder
+    urls: list[str] = []  # how to come in: logged, and written for `make up`
     if "sshd" in names:
         sshd.prepare_runtime_dir()
         for print_ in sshd.ensure_host_keys():
@@ -87,7 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         if how:
             port = environ.get("RIG_SSH_PUBLISHED_PORT", str(sshd.PORT))
-            _logger.info("SSH: ssh -p %s %s@HOST (%s)", port, users.USER, how)
+            urls.append(f"SSH: ssh -p {port} {users.USER}@HOST ({how})")
         else:
             _logger.warning(
                 "SSH: no key and no password, nobody can log in; set SSH_PUBLIC_KEY (or mount "
@@ -95,18 +96,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
             )
     if "jupyter" in names or "tensorboard" in names:
         workspace.prepare(ids)  # as yolo, in a child with a deadline: root never acts in /workspace
+    # Generated at every start: a token that leaked (a session read it) ends with the next restart.
+    token = config.jupyter_token or secrets.token_hex(24)
+    OLD_TOKEN_FILE.unlink(missing_ok=True)  # kept for good before: revoked
     if "jupyter" in names:
-        token = config.jupyter_token or load_or_create_token()
-        safefs.write_file(
-            services.JUPYTER_TOKEN_CONFIG, services.jupyter_token_config(token), 0o600, (ids.uid, ids.gid)
-        )
         url = f"http://localhost:{environ.get('RIG_JUPYTER_PUBLISHED_PORT', services.JUPYTER_PORT)}/lab"
         if config.jupyter_token is None:
-            _logger.info("JupyterLab: %s?token=%s (token kept in %s)", url, token, TOKEN_FILE)
+            urls.append(f"JupyterLab: {url}?token={token} (a new token at every start)")
         else:
-            _logger.info("JupyterLab: %s (token: the one you set)", url)
+            urls.append(f"JupyterLab: {url} (token: the one you set)")
+    for line in urls:
+        _logger.info("%s", line)
+    # For `make up`: root's, where no kernel writes (the log carries the services' output too).
+    write_soft(URLS_FILE, "".join(f"{line}\n" for line in urls).encode(), "`make up` prints no URLs", 0o600)
 
-    specs = services.plan(names, environ, password_login=config.password is not None, ids=ids)
+    specs = services.plan(
+        names, environ, password_login=config.password is not None, ids=ids, jupyter_token=token
+    )
     policy = Policy(session_grace=session_grace, stop_timeout=stop_timeout)
     supervisor = Supervisor(specs, events=events, policy=policy, state_file=STATE_FILE, session_uid=ids.uid)
     return supervisor.run()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import rig
-from rig import log, paths
+from rig import log, paths, safepython
 from rig.errors import RigError
 from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes
 from rig.launch.topology import Topology, read_topology
@@ -36,7 +36,8 @@ NO_GPU = (
     "CPU with device=cpu"
 )
 DEMO_DATA = paths.DEMO_DATASET / "data.yaml"
-TORCHRUN = "rig.launch.torchrun"  # torchrun with rig's stop deadline
+TORCHRUN = "rig.launch.torchrun"  # torchrun with rig's stop deadline and a bound store
+LOOPBACK = "127.0.0.1"  # where a single node's store, gloo and NCCL listen
 BINDER = "rig.launch.binder"  # what torchrun starts for each rank
 TRAINER = "rig.launch.trainer"  # what each rank (or the one CPU process) runs
 CPU_RANKS_ENV = "RIG_CPU_RANKS"  # --cpu-ranks from the environment, for schedulers
@@ -211,9 +212,12 @@ def torchrun_command(
     gpus_per_rank: str = "ordered",
 ) -> list[str]:
     # torchrun itself, with the stop deadline of the environment (RIG_STOP_GRACE) instead of 30 s.
-    cmd = [python, "-m", TORCHRUN]
+    cmd = safepython.module(python, TORCHRUN)
     if node.nnodes == 1:
-        cmd += ["--standalone", "--nnodes", "1"]
+        # --standalone's store would listen on every interface: static, on the loopback, on a free
+        # port (0: rig.launch.torchrun picks it and binds gloo and NCCL to the loopback too).
+        cmd += ["--nnodes", "1", "--node-rank", "0", "--rdzv-backend", "static", "--rdzv-id", "single"]
+        cmd += ["--master-addr", LOOPBACK, "--master-port", "0", "--rdzv-endpoint", f"{LOOPBACK}:0"]
     else:
         # Static rendezvous: node rank N holds global ranks N*nproc.., node 0 hosts the store at
         # MASTER_ADDR, and every rank connects there. c10d would order nodes by host name and pid
@@ -230,7 +234,9 @@ def torchrun_command(
             "--rdzv-conf", f"timeout={ddp.rendezvous_timeout(os.environ)}",  # torch's static: 600 s fixed
         ]  # fmt: skip
     cmd += ["--nproc-per-node", str(len(plan)), "--max-restarts", "0"]
-    binder = ["-m", BINDER, "--plan", binding.to_json(plan), "--gpus-per-rank", gpus_per_rank]
+    # --no-python: torchrun would start `python -u -m BINDER`, with the current folder on sys.path.
+    binder = ["--no-python", *safepython.module(python, BINDER)]
+    binder += ["--plan", binding.to_json(plan), "--gpus-per-rank", gpus_per_rank]
     return [*cmd, *binder, "--", *program]
 
 
@@ -515,7 +521,7 @@ def plan_train(
         if prepare.wanted(user, guess_task(user), world):  # before any rank waits on another
             user = prepare.before_ranks(user, nranks=len(plan), world=world)
     python = sys.executable
-    program = [python, "-m", TRAINER, *(f"{k}={v}" for k, v in user.items())]
+    program = [*safepython.module(python, TRAINER), *(f"{k}={v}" for k, v in user.items())]
     env = {**_env_delta(len(plan[0].cpus)), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
     if not cpu:
         env[telemetry.RUN_GPUS_ENV] = run_gpus(plan, gpu_ids)

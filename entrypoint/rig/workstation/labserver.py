@@ -1,4 +1,13 @@
-"""`python -m rig.workstation.labserver ARGS`: JupyterLab, started about twice as fast.
+"""`python -I -m rig.workstation.labserver ARGS`: JupyterLab, with its token from stdin, started fast.
+
+The token: the supervisor opens a root-only file (services.JUPYTER_TOKEN_FILE) as this process's
+stdin. The server first makes itself non-dumpable (prctl PR_SET_DUMPABLE 0): its /proc/PID/environ,
+fd/ and mem become root's, and the sessions of user yolo, the same uid, can no longer read or
+ptrace it. Then it reads the token and gives it to JupyterLab as command-line configuration, which
+outranks every config file, inside this process only (`/proc/PID/cmdline` shows the original argv).
+Kernels and terminals are separate programs: exec makes them dumpable again, with /dev/null as stdin.
+The server's info files (`jpserver-PID.json`, `jpserver-PID-open.html` in ~/.local/share/jupyter,
+which hold the token) are not written.
 
 jsonschema imports `rfc3987_syntax` when it is installed (nbformat's `format-nongpl` extra pulls it
 in), and that module compiles ~35 Lark parsers at import: seconds of the server's start on a busy
@@ -7,14 +16,47 @@ makes jsonschema skip that one checker in this process only; kernels are separat
 keep it.
 """
 
+import ctypes
+import os
 import sys
+from typing import Any
+
+PR_SET_DUMPABLE = 4
+MIN_TOKEN = 16
+
+
+def not_dumpable() -> None:
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def read_token() -> str:
+    """The token on stdin (one line), then stdin becomes /dev/null for whatever the server starts."""
+    token = os.read(0, 4096).decode(errors="replace").strip()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return token
 
 
 def main() -> int:
+    not_dumpable()
+    token = read_token()
+    if len(token) < MIN_TOKEN or any(c.isspace() for c in token):
+        print("ERROR jupyter: no token on stdin; start JupyterLab with `rig serve`", file=sys.stderr)
+        return 2
     sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # `import` now raises ImportError
-    from jupyterlab.labapp import main as lab_main  # type: ignore[import-not-found,unused-ignore]
+    from jupyter_server.serverapp import ServerApp  # type: ignore[import-not-found,unused-ignore]
+    from jupyterlab.labapp import LabApp  # type: ignore[import-not-found,unused-ignore]
 
-    lab_main()
+    def skip(_self: Any, *_args: Any) -> None:
+        return None
+
+    server: Any = ServerApp
+    server.write_server_info_file = skip
+    server.write_browser_open_files = skip
+    server.write_browser_open_file = skip
+    LabApp.launch_instance(argv=[*sys.argv[1:], f"--IdentityProvider.token={token}"])
     return 0
 
 

@@ -3,7 +3,8 @@
 JupyterLab's stdout is inherited by every kernel it starts, so a notebook can write anything to it,
 gigabytes without a newline included. The supervisor runs as root: its memory must not depend on
 that. Reads are fixed-size chunks; a line is kept up to MAX_LINE bytes, then logged with a marker,
-and the rest of it is dropped chunk by chunk until its newline.
+and the rest of it is dropped chunk by chunk until its newline. Control characters (a carriage
+return, terminal escape sequences) are written escaped, so a line stays one line, as it was printed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import logging
 import os
 import re
 from typing import IO
+
+from rig import log
 
 MAX_LINE = 8 * 1024  # bytes of one line that reach the log
 CHUNK = 64 * 1024  # one read: a pipe's default capacity
@@ -82,7 +85,8 @@ _LETTER_LEVELS.update(C=logging.CRITICAL, F=logging.CRITICAL)
 
 
 def _emit(raw: bytes, logger: logging.Logger) -> None:
-    line = raw.decode(errors="replace").rstrip()
+    # Escaped: a kernel's \r or escape sequence must not rewrite what `docker logs` shows on a terminal.
+    line = log.printable(raw.rstrip())
     if line:
         level, text = classify(line)
         logger.log(level, "%s", text)

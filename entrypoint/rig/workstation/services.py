@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 
-from rig import paths
+from rig import paths, safepython
 from rig.errors import RigError
 from rig.workstation import sshd, users
 from rig.workstation.serveconfig import without_secrets
@@ -16,9 +15,11 @@ RUNS = paths.RUNS
 JUPYTER_PORT = 8888
 TENSORBOARD_PORT = 6006
 ALL = ("sshd", "jupyter", "tensorboard")
-# JupyterLab's token, in a config file only yolo can read: an environment variable would be
-# inherited by every kernel and terminal, and argv is visible to every process.
-JUPYTER_TOKEN_CONFIG = paths.RUN / "jupyter_token_config.json"
+# JupyterLab's config folder: the image's, root's, empty (but for jupyter_core's `migrated` marker).
+# ~/.jupyter (yolo's) would let any session change how the server authenticates (a password hash, an
+# empty token, an extension) from its next start on.
+JUPYTER_CONFIG_DIR = paths.OPT / "jupyter"
+JUPYTER_USER_DIR = users.HOME / ".jupyter/lab"  # JupyterLab's settings and workspaces: data, yolo's
 
 
 def enabled(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -35,30 +36,39 @@ def enabled(environ: Mapping[str, str]) -> tuple[str, ...]:
 
 def sshd_spec(environ: Mapping[str, str], password_login: bool) -> ServiceSpec:
     # sshd gives each login a clean environment; the session's comes from rig.workstation.sessionenv.
-    return ServiceSpec("sshd", tuple(sshd.command(password_login)), sshd.PORT, without_secrets(environ))
+    # RIG_SSH_AGENT_FORWARDING=yes: `ssh -A` works (off unless asked: docker/sshd_config says why).
+    forwarding = environ.get("RIG_SSH_AGENT_FORWARDING", "").strip().lower() in {"1", "yes", "true", "on"}
+    argv = sshd.command(password_login, forwarding)
+    return ServiceSpec("sshd", tuple(argv), sshd.PORT, without_secrets(environ))
 
 
-def jupyter_token_config(token: str) -> bytes:
-    return (json.dumps({"IdentityProvider": {"token": token}}) + "\n").encode()
-
-
-def jupyter_spec(environ: Mapping[str, str], ids: users.Ids) -> ServiceSpec:
+def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: str) -> ServiceSpec:
+    """JupyterLab; `token` travels on its stdin (rig.workstation.labserver): not in its environment,
+    which every kernel and terminal inherits, not in argv, which every process sees, not on disk."""
     argv = (
-        "/opt/venv/bin/python",
-        "-m",
-        "rig.workstation.labserver",  # `jupyter lab`, minus a slow import (see there)
+        # `jupyter lab`, minus a slow import (see there); isolated (rig.safepython): nothing in its
+        # working folder (/workspace: terminals open there) or ~/.local is imported into the server,
+        # and Jupyter reads no config from its working folder.
+        *safepython.module("/opt/venv/bin/python", "rig.workstation.labserver", safepython.SERVICE),
         "--no-browser",
         "--ServerApp.ip=0.0.0.0",
         f"--ServerApp.port={JUPYTER_PORT}",
         "--ServerApp.port_retries=0",
         f"--ServerApp.root_dir={WORKSPACE}",
+        # The token alone: no password to set from the login page (it would be written to a config).
+        "--PasswordIdentityProvider.hashed_password=",
+        "--PasswordIdentityProvider.allow_password_change=False",
         # The box is offline by default: no update checks or news feed from the browser's server.
         "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        f"--config={JUPYTER_TOKEN_CONFIG}",
     )
     env = users.session_environ(without_secrets(environ))
-    return ServiceSpec("jupyter", argv, JUPYTER_PORT, env, ids, WORKSPACE)
+    env.update(
+        JUPYTER_CONFIG_DIR=str(JUPYTER_CONFIG_DIR),
+        JUPYTERLAB_SETTINGS_DIR=str(JUPYTER_USER_DIR / "user-settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(JUPYTER_USER_DIR / "workspaces"),
+    )
+    return ServiceSpec("jupyter", argv, JUPYTER_PORT, env, ids, WORKSPACE, stdin=(token + "\n").encode())
 
 
 def tensorboard_spec(environ: Mapping[str, str], ids: users.Ids) -> ServiceSpec:
@@ -75,15 +85,20 @@ def tensorboard_spec(environ: Mapping[str, str], ids: users.Ids) -> ServiceSpec:
         f"--port={TENSORBOARD_PORT}",
     )
     env = users.session_environ(without_secrets(environ))
-    return ServiceSpec("tensorboard", argv, TENSORBOARD_PORT, env, ids, WORKSPACE)
+    return ServiceSpec("tensorboard", argv, TENSORBOARD_PORT, env, ids)
 
 
 def plan(
-    names: Sequence[str], environ: Mapping[str, str], *, password_login: bool, ids: users.Ids
+    names: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    password_login: bool,
+    ids: users.Ids,
+    jupyter_token: str = "",
 ) -> list[ServiceSpec]:
     builders = {
         "sshd": lambda: sshd_spec(environ, password_login),
-        "jupyter": lambda: jupyter_spec(environ, ids),
+        "jupyter": lambda: jupyter_spec(environ, ids, jupyter_token),
         "tensorboard": lambda: tensorboard_spec(environ, ids),
     }
     return [builders[name]() for name in names]

@@ -16,9 +16,11 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
-from rig import safefs
+from rig import log, safefs
 from rig.workstation import userenv
 from rig.workstation.serveconfig import SECRET_VARIABLES as SECRETS
+
+_logger = log.get("serve")
 
 PROFILE = Path("/etc/profile.d/rig-env.sh")
 SSHD_INCLUDE = Path("/etc/ssh/sshd_config.d/rig-env.conf")
@@ -83,6 +85,14 @@ def render_sshd(environ: Mapping[str, str]) -> str:
     )
 
 
-def write(environ: Mapping[str, str], profile: Path = PROFILE, sshd_include: Path = SSHD_INCLUDE) -> None:
-    safefs.write_file(profile, render_profile(environ).encode())
-    safefs.write_file(sshd_include, render_sshd(environ).encode())
+def write(environ: Mapping[str, str], profile: Path = PROFILE, sshd_include: Path = SSHD_INCLUDE) -> bool:
+    """Both files; on a full disk the last start's stay, with one WARNING (the box still starts)."""
+    try:
+        safefs.write_file(profile, render_profile(environ).encode())
+        safefs.write_file(sshd_include, render_sshd(environ).encode())
+    except OSError as e:
+        _logger.warning(
+            "cannot write the sessions' environment (%s): logins keep the last start's", e.strerror or e
+        )
+        return False
+    return True

@@ -6,12 +6,13 @@ candidates are the processes of user yolo outside the services' own sessions: SS
 processes, Jupyter terminals and kernels. Discovery reads /proc through a parameter; the two
 decisions below are pure.
 
-TERM goes to the top of each job's process tree only, as a terminal's Ctrl-C would reach the job
-and not its helpers: a PyTorch DataLoader worker that gets SIGTERM from anyone but its parent dies
-and takes the training down with "DataLoader worker is killed by signal: Terminated"; torchrun
-forwards the signal to its ranks itself. A child whose parent exits is reparented to PID 1 and
-becomes a top on the next look, so an orphan is never missed. Later looks follow only the processes
-of the first one and what they start: a kernel Jupyter restarts meanwhile is not a job to wait for.
+TERM goes to the top of each job's process tree (and to what a script runs), as a terminal's
+Ctrl-C would reach the job and not its helpers: a PyTorch DataLoader worker that gets SIGTERM from
+anyone but its parent dies and takes the training down with "DataLoader worker is killed by
+signal: Terminated"; torchrun forwards the signal to its ranks itself. A child whose parent exits is
+reparented to PID 1 and becomes a top on the next look, so an orphan is never missed. Later looks
+follow only the processes of the first one and what they start: a kernel Jupyter restarts meanwhile
+is not a job to wait for.
 """
 
 from __future__ import annotations
@@ -20,11 +21,17 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# Programs that carry a session rather than do work. Interactive shells ignore SIGTERM and would
+from rig import log
+
+# Programs that carry a session rather than do work. An interactive shell ignores SIGTERM and would
 # sit idle for ever; sshd's per-login process, tmux and screen hang up their terminal on SIGTERM,
 # which kills the job inside with SIGHUP before it can save. They get no TERM, nobody waits for them.
+# A shell that runs a script or a command (`bash job.sh`, `bash -c '...'`, under setsid or nohup too)
+# is a job like any other: it gets TERM (its trap runs) and its grace, and so do its children.
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "fish", "ksh", "mksh", "tcsh", "csh"})
 CARRIERS = frozenset({"sshd", "sshd-session", "tmux", "screen", "SCREEN", "mosh-server", "dtach"})
+# Shell options followed by a value (`bash -o pipefail script.sh`), not by the script.
+_SHELL_OPTION_VALUES = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 
 
 @dataclass(frozen=True)
@@ -33,35 +40,73 @@ class Proc:
     ppid: int
     sid: int  # session id: a service's own processes share its session
     uid: int  # real uid
-    comm: str  # the kernel's name for it (15 characters): the executable's, or a rename (pt_main_thread)
+    # The kernel's name for it (15 bytes): the executable's, or a rename (pt_main_thread); any bytes a
+    # user chose, escaped for the log (rig.log.printable).
+    comm: str
     start: int = 0  # start time in clock ticks: (pid, start) names a process even if its pid is reused
+    argv: tuple[str, ...] = ()  # its command line (empty: unknown, or a kernel thread)
+
+
+def parse_stat(pid: int, stat: bytes, status: bytes, cmdline: bytes = b"") -> Proc | None:
+    """One process from its /proc files, as bytes (a name needs not be UTF-8); None for a zombie.
+    ValueError when the files are not what the kernel writes."""
+    # "pid (comm) state ppid pgrp session ...": comm may hold spaces, parentheses, any byte.
+    comm = stat[stat.index(b"(") + 1 : stat.rindex(b")")]
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):
+        return None
+    uid = next((line.split()[1] for line in status.splitlines() if line.startswith(b"Uid:")), None)
+    if uid is None:
+        raise ValueError(f"no Uid line in /proc/{pid}/status")
+    argv = tuple(log.printable(a) for a in cmdline.split(b"\0")[:-1]) if cmdline.endswith(b"\0") else ()
+    return Proc(pid, int(fields[1]), int(fields[3]), int(uid), log.printable(comm), int(fields[19]), argv)
 
 
 def read_proc(proc_root: Path = Path("/proc")) -> list[Proc]:
-    """Every live process, from /proc/<pid>/stat and status; zombies and vanished ones are skipped."""
+    """Every live process, from /proc/<pid>/stat, status and cmdline; zombies, vanished processes and
+    files the kernel did not write are skipped."""
     procs = []
     for entry in proc_root.iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-            status = (entry / "status").read_text()
+            stat = (entry / "stat").read_bytes()
+            status = (entry / "status").read_bytes()
         except OSError:  # exited while we looked
             continue
-        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses.
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] in ("Z", "X"):
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            cmdline = b""
+        try:
+            proc = parse_stat(int(entry.name), stat, status, cmdline)
+        except (ValueError, IndexError):
             continue
-        uid = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("Uid:"))
-        procs.append(Proc(int(entry.name), int(fields[1]), int(fields[3]), uid, comm, int(fields[19])))
+        if proc is not None:
+            procs.append(proc)
     return procs
+
+
+def interactive_shell(argv: Sequence[str]) -> bool:
+    """Whether a shell's command line runs no script and no -c command: it reads a terminal (or
+    stdin). Unknown (empty) counts as interactive."""
+    if not argv or argv[0].startswith("-"):  # `-bash`: a login shell
+        return True
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "--" or not arg.startswith(("-", "+")):
+            return False  # a script follows (or this is it)
+        if arg in _SHELL_OPTION_VALUES:
+            next(args, None)
+        elif not arg.startswith("--") and "c" in arg[1:]:
+            return False  # -c 'command' (or -ec, -lc...)
+    return True
 
 
 def wait_for(proc: Proc) -> tuple[bool, str]:
     """Whether stopping waits for this process to exit after TERM, and why."""
-    if proc.comm in SHELLS:
-        return False, "a shell: an interactive one ignores SIGTERM; the jobs it started are waited for"
+    if proc.comm in SHELLS and interactive_shell(proc.argv):
+        return False, "an interactive shell: it ignores SIGTERM; the jobs it started are waited for"
     if proc.comm in CARRIERS:
         return False, "carries a session (SSH login, tmux, screen): TERM would hang up the jobs inside"
     return True, "a job: it gets time to save its work"
@@ -102,7 +147,8 @@ def plan(
             kept |= added
         mine = kept
     jobs = {pid: p for pid, p in mine.items() if wait_for(p)[0]}
-    term = tuple(p for p in jobs.values() if p.ppid not in jobs)
+    # A job's helpers (DataLoader workers, torchrun's ranks) are left to it; a script's commands are not.
+    term = tuple(p for p in jobs.values() if p.ppid not in jobs or jobs[p.ppid].comm in SHELLS)
     return Plan(term, tuple(jobs.values()), frozenset((p.pid, p.start) for p in mine.values()))
 
 

@@ -16,4 +16,6 @@ class ServiceSpec:
     port: int  # it is RUNNING once this port accepts connections on 127.0.0.1
     env: Mapping[str, str] = field(default_factory=dict)
     ids: Ids | None = None  # None: stays root (a service that drops privileges itself, like sshd)
-    cwd: Path = Path("/")
+    cwd: Path = Path("/")  # root's: nothing a user leaves in a working folder is picked up
+    # Bytes the supervisor hands it through a pipe on its stdin: a secret for it alone, never on disk.
+    stdin: bytes | None = field(default=None, repr=False)

@@ -85,11 +85,13 @@ def validate_password(password: str, source: str) -> None:
         raise RigError(f"{source} contains a line break; use a single-line password")
 
 
-def command(password_login: bool) -> list[str]:
+def command(password_login: bool, agent_forwarding: bool = False) -> list[str]:
     """sshd in the foreground, logging to stderr (the supervisor prefixes each line)."""
     argv = ["/usr/sbin/sshd", "-D", "-e", "-f", str(CONFIG)]
     if password_login:
         argv += ["-o", "PasswordAuthentication=yes"]
+    if agent_forwarding:
+        argv += ["-o", "AllowAgentForwarding=yes"]
     return argv
 
 
@@ -117,9 +119,20 @@ def ensure_host_keys(directory: Path = HOST_KEY_DIR) -> list[str]:
     return prints
 
 
-def install_keys(keys: list[PublicKey], user: str, directory: Path = AUTHORIZED_KEYS_DIR) -> None:
-    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-    safefs.write_file(directory / user, "".join(k.line + "\n" for k in keys).encode(), 0o644)
+def install_keys(keys: list[PublicKey], user: str, directory: Path = AUTHORIZED_KEYS_DIR) -> bool:
+    """Write the keys; on a full disk remove the last start's (a key taken away stays away) and warn."""
+    try:
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        safefs.write_file(directory / user, "".join(k.line + "\n" for k in keys).encode(), 0o644)
+    except OSError as e:
+        (directory / user).unlink(missing_ok=True)
+        _logger.warning(
+            "cannot write %s (%s): key logins are refused until there is space again; then restart",
+            directory / user,
+            e.strerror or e,
+        )
+        return False
+    return True
 
 
 def set_password(user: str, password: str | None) -> None:
@@ -128,9 +141,18 @@ def set_password(user: str, password: str | None) -> None:
     '*' (rather than a locked '!') keeps key logins working: sshd refuses locked accounts.
     """
     if password is None:
-        subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
+        if _shadow_hash(user) != "*":  # already none: nothing to write (a full disk cannot stop this)
+            subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
         return
     subprocess.run(["chpasswd"], input=f"{user}:{password}\n", text=True, check=True, capture_output=True)
+
+
+def _shadow_hash(user: str, shadow: Path = Path("/etc/shadow")) -> str | None:
+    for line in shadow.read_text().splitlines():
+        fields = line.split(":")
+        if len(fields) > 1 and fields[0] == user:
+            return fields[1]
+    return None
 
 
 def prepare_runtime_dir() -> None:

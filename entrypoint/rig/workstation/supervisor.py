@@ -61,8 +61,19 @@ class Status:
     retry_at: float = 0.0
 
 
-def after_exit(status: Status, now: float, policy: Policy) -> Status:
-    """BACKOFF with a growing delay, or FATAL once the service has failed too often in a row."""
+def after_exit(
+    status: Status, now: float, policy: Policy, users_own: bool = False, killed: bool = False
+) -> Status:
+    """BACKOFF with a growing delay, or FATAL once the service has failed too often in a row.
+
+    users_own: the service runs as the sessions' user, who may kill it (and every restart) at will.
+    Such an exit (`killed`: by a signal the supervisor did not send), or any exit after it answered,
+    counts no failure: no user's kills can spend the restart budget and restart the whole
+    workstation (every session dropped). Failing to start by itself still counts.
+    """
+    if users_own and (killed or status.state is State.RUNNING):
+        failures = 0 if status.state is State.RUNNING else status.failures
+        return Status(State.BACKOFF, now, failures, now + policy.backoff_base)
     stable = status.state is State.RUNNING and now - status.since >= policy.stable_after
     failures = (0 if stable else status.failures) + 1
     if failures >= policy.max_failures:
@@ -91,11 +102,27 @@ def listening(port: int, proc_root: Path = Path("/proc")) -> bool:
 
 def spawn(spec: ServiceSpec) -> subprocess.Popen[bytes]:
     """Start a service in its own process group (so TERM/KILL reach its children too)."""
+    if spec.stdin is None:
+        return _popen(spec, subprocess.DEVNULL)
+    # A pipe holds far more than a secret, so it is written in full before the service reads it. Its
+    # inode is root's (0600): another process of the service's user cannot reopen it through /proc.
+    read_end, write_end = os.pipe()
+    try:
+        try:
+            os.write(write_end, spec.stdin)
+        finally:
+            os.close(write_end)
+        return _popen(spec, read_end)
+    finally:
+        os.close(read_end)
+
+
+def _popen(spec: ServiceSpec, stdin: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         list(spec.argv),
         env=dict(spec.env) or None,
         cwd=spec.cwd,
-        stdin=subprocess.DEVNULL,
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -145,6 +172,8 @@ class Supervisor:
         self.status = {name: Status(State.STOPPED, clock()) for name in self.specs}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.pumps: list[threading.Thread] = []
+        self.state_unwritten = False  # a state write failed (a full disk): warned once
+        self.timed_out: set[str] = set()  # services the supervisor killed for not answering in time
 
     def run(self) -> int:
         """Supervise until a stop signal; 0 after a clean stop, 1 once a service is FATAL."""
@@ -180,9 +209,10 @@ class Supervisor:
         self.pumps.append(pump)
         self._set(name, replace(self.status[name], state=State.STARTING, since=self.clock()))
 
-    def _failed(self, name: str, how: str) -> None:
+    def _failed(self, name: str, how: str, killed: bool = False) -> None:
         now = self.clock()
-        new = after_exit(self.status[name], now, self.policy)
+        users_own = self.specs[name].ids is not None
+        new = after_exit(self.status[name], now, self.policy, users_own, killed)
         self._set(name, new)
         if new.state is State.FATAL:
             log.get(name).error(
@@ -203,8 +233,12 @@ class Supervisor:
                 del self.procs[name]
                 _signal_group(proc.pid, signal.SIGKILL)  # leftovers of the dead service's group
                 code = proc.returncode
+                ours = name in self.timed_out
+                self.timed_out.discard(name)
                 self._failed(
-                    name, f"exited (killed by signal {-code})" if code < 0 else f"exited (code {code})"
+                    name,
+                    f"exited (killed by signal {-code})" if code < 0 else f"exited (code {code})",
+                    killed=code < 0 and not ours,
                 )
             elif status.state is State.STARTING and proc is not None:
                 if self.probe(self.specs[name].port):
@@ -216,6 +250,7 @@ class Supervisor:
                         self.specs[name].port,
                         now - status.since,
                     )
+                    self.timed_out.add(name)  # a failure to start, whoever runs it
                     _signal_group(proc.pid, signal.SIGKILL)
             elif status.state is State.BACKOFF and now >= status.retry_at:
                 self._start(name)
@@ -266,10 +301,19 @@ class Supervisor:
         deadline = started + self.policy.session_grace
         sent: set[sessions.Key] = set()
         known: frozenset[sessions.Key] | None = None
+        unreadable = False
         # Each service leads its own session (spawn's start_new_session): its pid is its sid.
         service_sids = frozenset(p.pid for p in self.procs.values())
         while True:
-            plan = sessions.plan(self.read_procs(), self.session_uid, service_sids, {os.getpid()}, known)
+            try:
+                plan = sessions.plan(self.read_procs(), self.session_uid, service_sids, {os.getpid()}, known)
+            except Exception as e:  # whatever a user's process looks like, the jobs keep their grace
+                if not unreadable:
+                    _logger.warning("cannot read the processes (%s); trying again", log.printable(str(e)))
+                unreadable = True
+                if self.clock() >= deadline or self._asked_again(TICK):
+                    return
+                continue
             known = plan.known
             new = [p for p in plan.term if (p.pid, p.start) not in sent]
             for proc in new:
@@ -298,6 +342,7 @@ class Supervisor:
             _logger.info("the sessions' jobs exited after %.1f s", self.clock() - started)
 
     def _write_state(self) -> None:
+        """services.json for `rig health`; on a full disk one WARNING, and supervising goes on."""
         if self.state_file is None:
             return
         data = {
@@ -309,4 +354,15 @@ class Supervisor:
             }
             for name, s in self.status.items()
         }
-        safefs.write_file(self.state_file, (json.dumps(data, indent=1) + "\n").encode())
+        try:
+            safefs.write_file(self.state_file, (json.dumps(data, indent=1) + "\n").encode())
+        except OSError as e:
+            if not self.state_unwritten:  # once: a full disk fails every write until space is freed
+                _logger.warning(
+                    "cannot write %s (%s): the healthcheck reports unhealthy until there is space again",
+                    self.state_file,
+                    e.strerror or e,
+                )
+            self.state_unwritten = True
+            with contextlib.suppress(OSError):
+                self.state_file.unlink(missing_ok=True)  # never a stale "running"

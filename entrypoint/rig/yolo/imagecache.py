@@ -55,6 +55,7 @@ MAGIC = b"RIGIMG\x00\x01"
 VERSION = 1
 HEADER = struct.Struct("<8sIIQQQQ")  # magic, version, reserved, count, index offset, index size, file size
 DATA_OFFSET = 4096  # pixels start page-aligned
+MAX_NAME_BYTES = 4096  # PATH_MAX: the longest image path an index holds
 RECORD = struct.Struct("<QQIII8sII")  # offset, nbytes, h, w, c, dtype str, h0, w0
 SUFFIX = ".img"
 SUBDIR = "images"  # under RIG_CACHE_DIR, beside torch.compile's caches
@@ -188,7 +189,14 @@ def unpack(header: bytes, index_bytes: Callable[[int, int], bytes], file_size: i
         return None
     if index_offset < DATA_OFFSET or count * RECORD.size > index_size:
         return None
+    # What an index of `count` images can need: the records and their names (JSON, escaped at most
+    # six bytes a byte). A header that claims more is not ours: reading it would allocate that much
+    # in every rank (a 2 GiB sparse file did).
+    if index_size > count * (RECORD.size + 6 * MAX_NAME_BYTES + 4) + 2:
+        return None
     raw = index_bytes(index_offset, index_size)
+    if len(raw) != index_size:
+        return None
     records = []
     for i in range(count):
         off, nbytes, h, w, c, dtype, h0, w0 = RECORD.unpack_from(raw, i * RECORD.size)
@@ -211,6 +219,9 @@ def read_index(path: Path) -> Index | None:
             size = os.fstat(f.fileno()).st_size
 
             def at(offset: int, n: int) -> bytes:
+                # We write the index in full: a hole in it (a sparse file) is no index of ours.
+                if n and os.lseek(f.fileno(), offset, os.SEEK_HOLE) < offset + n:
+                    return b""
                 f.seek(offset)
                 return f.read(n)
 

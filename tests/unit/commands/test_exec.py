@@ -29,3 +29,18 @@ def test_exec_drops_the_secrets_except_for_serve() -> None:
     assert not execcmd.is_serve(["env"]) and not execcmd.is_serve(["rig", "train"])
     environ = {"PATH": "/x", "JUPYTER_TOKEN": "t" * 20, "SSH_PASSWORD_FILE": "/run/secrets/p"}
     assert serveconfig.without_secrets(environ) == {"PATH": "/x"}
+
+
+def test_a_command_that_stays_root_never_uses_compile_caches_a_user_can_write() -> None:
+    from rig.commands.exec import root_compile_caches
+
+    image = {"TORCHINDUCTOR_CACHE_DIR": "/cache/torch/inductor", "TRITON_CACHE_DIR": "/cache/torch/triton"}
+    assert root_compile_caches(image) == {
+        "TORCHINDUCTOR_CACHE_DIR": "/root/.cache/torch/inductor",
+        "TRITON_CACHE_DIR": "/root/.cache/torch/triton",
+    }
+    mine = {"TORCHINDUCTOR_CACHE_DIR": "/srv/root-only/inductor", "TRITON_CACHE_DIR": "/workspace/t"}
+    assert root_compile_caches(mine) == {
+        "TORCHINDUCTOR_CACHE_DIR": "/srv/root-only/inductor",
+        "TRITON_CACHE_DIR": "/root/.cache/torch/triton",
+    }

@@ -105,15 +105,16 @@ def test_cpu_ranks_run_through_torchrun_the_binder_and_the_trainer(
     captured = capsys.readouterr()
     assert "INFO launch: world: 4 ranks = 1 node x 4 ranks per node (cpu, gloo)" in captured.err
     env, cmd = _split(captured.out)
-    assert cmd[:3] == [sys.executable, "-m", "rig.launch.torchrun"]
-    assert cmd[cmd.index("--nproc-per-node") + 1] == "4" and "--standalone" in cmd
+    assert cmd[:4] == [sys.executable, "-P", "-m", "rig.launch.torchrun"]
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "4"
+    assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1"
     plan = binding.from_json(cmd[cmd.index("--plan") + 1])
     assert [(format_cpulist(r.cpus), r.mem_node, r.gpu_index) for r in plan] == [
         ("0-3", 0, None), ("4-7", 0, None), ("8-11", 1, None), ("12-15", 1, None),
     ]  # fmt: skip
     program = cmd[cmd.index("--") + 1 :]
-    assert program[:3] == [sys.executable, "-m", "rig.launch.trainer"]
-    args = dict(a.split("=", 1) for a in program[3:])
+    assert program[:4] == [sys.executable, "-P", "-m", "rig.launch.trainer"]
+    args = dict(a.split("=", 1) for a in program[4:])
     # The batch split as for GPUs: Ultralytics' default 16 per rank, times the world.
     assert args["device"] == "cpu" and args["batch"] == "64"
     assert "batch=64: Ultralytics' default 16 per GPU x 4 GPUs" in captured.err
@@ -149,8 +150,8 @@ def test_one_cpu_rank_on_one_node_is_the_trainer_alone(
     captured = capsys.readouterr()
     assert "world: 1 rank = 1 node x 1 rank per node (cpu, one process)" in captured.err
     env, cmd = _split(captured.out)
-    assert cmd[:3] == [sys.executable, "-m", "rig.launch.trainer"]
-    args = dict(a.split("=", 1) for a in cmd[3:])
+    assert cmd[:4] == [sys.executable, "-P", "-m", "rig.launch.trainer"]
+    args = dict(a.split("=", 1) for a in cmd[4:])
     assert args["device"] == "cpu" and "batch" not in args  # one rank: Ultralytics' own default
     assert env["RIG_RUN_DIR"] == str(tmp_path / "train")
 

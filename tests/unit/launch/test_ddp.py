@@ -208,3 +208,51 @@ def test_rig_train_with_rect_on_two_gpus_warns_once_and_trains_without_it(
         err.count("WARNING") == 1
         and "WARNING launch: rect=True with 2 ranks: rect is off for training" in err
     )
+
+
+# ---- issue 26, item 3: torchrun's store and the backends on the address the job names ------------
+def test_a_single_node_store_gets_a_held_loopback_port_and_loopback_backends() -> None:
+    from rig.launch import torchrun
+
+    argv = ["--nnodes", "1", "--master-addr", "127.0.0.1", "--master-port", "0"]
+    argv += ["--rdzv-endpoint", "127.0.0.1:0", "--no-python", "python", "x.py"]
+    environ: dict[str, str] = {"NCCL_SOCKET_IFNAME": "eth9"}  # the job's own choice stays
+    out, sockets = torchrun.prepare(argv, environ)
+    [(host, port)] = sockets
+    try:
+        assert host == "127.0.0.1" and port > 0 and sockets[(host, port)].getsockname() == (host, port)
+        assert out[out.index("--master-port") + 1] == str(port)
+        assert out[out.index("--rdzv-endpoint") + 1] == f"127.0.0.1:{port}"
+        assert environ == {"NCCL_SOCKET_IFNAME": "eth9", "GLOO_SOCKET_IFNAME": "lo"}
+    finally:
+        sockets[(host, port)].close()
+    multi = ["--master-addr", "node0", "--master-port", "29400"]
+    assert torchrun.prepare(multi, environ) == (multi, {})  # node 0 binds it when its store starts
+
+
+def test_a_store_that_cannot_take_the_socket_still_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    import sys
+    import types
+
+    from rig.launch import torchrun
+
+    calls: list[dict[str, object]] = []
+
+    def store(host: str, port: int, world: int, is_master: bool, *args: object, **kwargs: object) -> str:
+        calls.append(kwargs)
+        if "master_listen_fd" in kwargs:
+            raise RuntimeError("no listen fd in this backend")
+        return "store"
+
+    fake = types.ModuleType("static_tcp_rendezvous")
+    fake.TCPStore = store  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch.distributed.elastic.rendezvous.static_tcp_rendezvous", fake)
+    held = torchrun.listen("127.0.0.1", 0)
+    port = held.getsockname()[1]
+    torchrun.bind_store({("127.0.0.1", port): held})
+    assert fake.TCPStore("127.0.0.1", port, 2, True) == "store"  # type: ignore[attr-defined]
+    assert [sorted(c) for c in calls] == [["master_listen_fd"], []]
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", port))  # the held socket was closed: the store may bind the port itself
+    probe.close()

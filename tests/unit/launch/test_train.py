@@ -130,8 +130,12 @@ def test_dry_run_prints_the_exact_torchrun_command(
     assert printed[0] == "env"
     env = dict(a.split("=", 1) for a in printed[1 : printed.index(sys.executable)])
     cmd = printed[len(env) + 1 :]
-    assert cmd[:3] == [sys.executable, "-m", "rig.launch.torchrun"]
-    assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and "--standalone" in cmd
+    assert cmd[:4] == [sys.executable, "-P", "-m", "rig.launch.torchrun"]  # -P: not the current folder
+    binder = cmd.index("--no-python")  # torchrun's own `python -u -m` would put it first on sys.path
+    assert cmd[binder + 1 : binder + 5] == [sys.executable, "-P", "-m", "rig.launch.binder"]
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and "--standalone" not in cmd
+    # One node: a static store on the loopback, on a port rig.launch.torchrun picks (0).
+    assert cmd[cmd.index("--master-addr") + 1 :][:3] == ["127.0.0.1", "--master-port", "0"]
     assert cmd[cmd.index("--gpus-per-rank") + 1] == "one"  # each rank sees its own GPU alone
     plan = binding.from_json(cmd[cmd.index("--plan") + 1])
     assert [(r.gpu_bus_id, r.cpus, r.mem_node) for r in plan] == [
@@ -139,8 +143,8 @@ def test_dry_run_prints_the_exact_torchrun_command(
         (ids.split(",")[1], (4, 5, 6, 7), 0),
     ]
     program = cmd[cmd.index("--") + 1 :]
-    assert program[:3] == [sys.executable, "-m", "rig.launch.trainer"]
-    args = dict(a.split("=", 1) for a in program[3:])
+    assert program[:4] == [sys.executable, "-P", "-m", "rig.launch.trainer"]
+    args = dict(a.split("=", 1) for a in program[4:])
     assert args["device"] == "0,1" and args["batch"] == "16" and args["workers"] == "3"
     assert args["project"] == str(runs) and args["name"] == "train" and args["exist_ok"] == "True"
     assert env["RIG_RUN_DIR"] == str(runs / "train")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -95,16 +94,17 @@ def test_services_selection() -> None:
         services.enabled({"RIG_SERVICES": "sshd,vnc"})
 
 
-def test_jupyter_token_travels_in_a_config_file_not_the_environment_or_argv() -> None:
+def test_jupyter_token_travels_on_stdin_not_the_environment_argv_or_a_config() -> None:
     environ = {"PATH": "/opt/venv/bin", "SSH_PASSWORD": "hunter22", "JUPYTER_TOKEN": "t" * 20}
     environ |= {"JUPYTER_TOKEN_FILE": "/run/secrets/t", "SSH_PASSWORD_FILE": "/run/secrets/p"}
-    spec = services.jupyter_spec(environ, CURRENT)
-    assert not any("t" * 20 in arg for arg in spec.argv)
-    assert f"--config={services.JUPYTER_TOKEN_CONFIG}" in spec.argv
+    spec = services.jupyter_spec(environ, CURRENT, "s" * 20)
+    assert not any("s" * 20 in arg for arg in spec.argv) and "s" * 20 not in repr(spec)
+    assert spec.stdin == b"s" * 20 + b"\n" and not any("--config" in a for a in spec.argv)
+    assert spec.argv[:4] == ("/opt/venv/bin/python", "-I", "-m", "rig.workstation.labserver")
+    assert spec.env["JUPYTER_CONFIG_DIR"] == str(services.JUPYTER_CONFIG_DIR)
     assert not set(spec.env) & serveconfig.SECRET_VARIABLES  # kernels and terminals inherit this
     assert spec.env["HOME"] == "/home/yolo"
     assert "--ServerApp.root_dir=/workspace" in spec.argv
-    assert json.loads(services.jupyter_token_config("t" * 20)) == {"IdentityProvider": {"token": "t" * 20}}
     tensorboard = services.tensorboard_spec(environ, CURRENT)
     assert "--host=127.0.0.1" in tensorboard.argv and not set(tensorboard.env) & serveconfig.SECRET_VARIABLES
 

@@ -496,3 +496,106 @@ def test_pump_drains_a_huge_line_fast_in_bounded_memory() -> None:
     assert peak < 1 << 20, peak  # a chunk and a line, whatever the stream carries
     print(f"pump: {size_mib} MiB in one line drained in {took:.2f} s, peak {peak / 1024:.0f} KiB")
     assert took < 30
+
+
+# ---- issue 26, item 4: any process name, scripts get TERM ---------------------------------------
+@pytest.mark.parametrize(
+    "comm",
+    [b"\xff\xfe", b"a) (b", b"\x1b[2J\rINFO serve: x", b"", b"()"],
+    ids=["latin1", "parens", "esc", "empty", "()"],
+)
+def test_any_process_name_is_read_as_bytes_and_escaped(tmp_path: Path, comm: bytes) -> None:
+    d = tmp_path / "4242"
+    d.mkdir()
+    rest = " ".join(map(str, ["S", 1, 4242, 4242, 0, -1, 0, *[0] * 12, 77, 0]))
+    (d / "stat").write_bytes(b"4242 (" + comm + b") " + rest.encode() + b"\n")
+    (d / "status").write_bytes(b"Name:\t" + comm + b"\nUid:\t1000\t1000\t1000\t1000\n")
+    (d / "cmdline").write_bytes(comm + b"\0job.sh\0")
+    (tmp_path / "77").mkdir()  # a process that vanished: no files
+    (tmp_path / "78").mkdir()
+    (tmp_path / "78" / "stat").write_bytes(b"garbage")
+    (tmp_path / "78" / "status").write_bytes(b"")
+    [proc] = sessions.read_proc(tmp_path)
+    assert (proc.pid, proc.ppid, proc.uid, proc.start) == (4242, 1, 1000, 77)
+    assert proc.comm.isprintable() and proc.argv[1] == "job.sh"
+    assert sessions.describe([proc]).isprintable()
+
+
+@pytest.mark.parametrize(
+    ("argv", "interactive"),
+    [
+        ((), True),
+        (("-bash",), True),
+        (("bash",), True),
+        (("/bin/bash", "-l"), True),
+        (("bash", "--login", "-i"), True),
+        (("bash", "--rcfile", "x.sh"), True),
+        (("bash", "job.sh"), False),
+        (("bash", "-e", "job.sh"), False),
+        (("bash", "-o", "pipefail", "job.sh"), False),
+        (("bash", "-c", "python x.py"), False),
+        (("sh", "-ec", "trap 'x' TERM; sleep 9"), False),
+        (("bash", "--", "job.sh"), False),
+    ],
+)
+def test_interactive_shells_are_told_from_scripts(argv: tuple[str, ...], interactive: bool) -> None:
+    assert sessions.interactive_shell(argv) is interactive
+    proc = sessions.Proc(5, 1, 5, YOLO, "bash", 0, argv)
+    assert sessions.wait_for(proc)[0] is not interactive
+
+
+def test_a_script_and_what_it_runs_get_term_a_jobs_helpers_do_not() -> None:
+    procs = [
+        sessions.Proc(10, 1, 10, YOLO, "bash", 1, ("bash", "job.sh")),  # setsid nohup bash job.sh
+        sessions.Proc(11, 10, 10, YOLO, "python", 1, ("python", "train.py")),
+        sessions.Proc(12, 11, 10, YOLO, "pt_data_worker", 1, ("python", "train.py")),
+        sessions.Proc(20, 1, 20, YOLO, "bash", 1, ("-bash",)),  # a login shell: no TERM, no wait
+        sessions.Proc(21, 20, 20, YOLO, "sleep", 1, ("sleep", "9")),
+    ]
+    plan = sessions.plan(procs, YOLO, service_sids=set(), exclude=set())
+    assert sorted(p.pid for p in plan.term) == [10, 11, 21]
+    assert sorted(p.pid for p in plan.wait) == [10, 11, 12, 21]
+
+
+def test_stop_keeps_the_grace_when_the_processes_cannot_be_read(records: _Records) -> None:
+    calls = iter([OSError("boom"), ValueError("odd")])
+
+    def read() -> list[sessions.Proc]:
+        error = next(calls, None)
+        if error is not None:
+            raise error
+        return []
+
+    sup = Supervisor([], policy=Policy(session_grace=30), session_uid=YOLO, read_procs=read)
+    assert sup.stop() == 0
+    assert records.lines(logging.WARNING) == ["rig.serve: cannot read the processes (boom); trying again"]
+
+
+# ---- issue 26, item 8: a service's output cannot forge or hide a log line --------------------------
+def test_control_characters_in_service_output_are_escaped(records: _Records) -> None:
+    read_end, write_end = os.pipe()
+    forged = b"\x1b[2K\rINFO serve: JupyterLab: http://evil/lab?token=x \xff\xe2\x80\xae\n"
+    os.write(write_end, b"kernel says " + forged + b"\tnext\n")
+    os.close(write_end)
+    with os.fdopen(read_end, "rb", buffering=0) as stream:
+        pump(stream, logging.getLogger("rig.jupyter"))
+    assert records.lines(logging.INFO) == [
+        "rig.jupyter: kernel says \\x1b[2K\\rINFO serve: JupyterLab: http://evil/lab?token=x \\xff\\u202e",
+        "rig.jupyter: \\tnext",
+    ]
+
+
+# ---- issue 26, item 9: a user's kills never spend the restart budget -----------------------------
+def test_a_users_own_service_killed_again_and_again_never_goes_fatal() -> None:
+    for now in range(1, 20):  # killed a second after each restart, answering or not yet
+        s = Status(State.RUNNING if now % 2 else State.STARTING, since=now - 1)
+        s = after_exit(s, now, POLICY, users_own=True, killed=True)
+        assert (s.state, s.failures, s.retry_at) == (State.BACKOFF, 0, now + 1)
+    s = Status(State.STARTING, since=0)
+    for _ in range(POLICY.max_failures):  # failing to start by itself still counts
+        s = after_exit(Status(State.STARTING, 0, s.failures), 1, POLICY, users_own=True)
+    assert s.state is State.FATAL
+    s = Status(State.STARTING, since=0)
+    for _ in range(POLICY.max_failures):  # and a service of root's that is killed counts too
+        s = after_exit(Status(State.STARTING, 0, s.failures), 1, POLICY, killed=True)
+    assert s.state is State.FATAL

@@ -106,6 +106,18 @@ def test_another_format_is_not_a_cache(tmp_path: Path) -> None:
     assert imagecache.read_index(tmp_path / "zeros.img") is None
 
 
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse-index", "index-bigger-than-its-images"])
+def test_a_header_claiming_a_huge_index_is_not_read(tmp_path: Path, sparse: bool) -> None:
+    """A valid header over a 2 GiB sparse file: read_index must not read (allocate) the index."""
+    size = 2 << 30
+    path = tmp_path / "planted.img"
+    index_offset = imagecache.DATA_OFFSET if not sparse else size - 4096
+    with open(path, "wb") as f:
+        f.write(imagecache.pack_header(1, index_offset, size - index_offset))
+        f.truncate(size)  # sparse: no disk used
+    assert imagecache.read_index(path) is None
+
+
 # --------------------------------------------------------------------------------------- protocol
 
 

@@ -1,0 +1,398 @@
+"""The workstation tried again as a hostile `yolo` (issue 26): an SSH login, the right to restart the
+container, and what a user can leave in /workspace, ~/.jupyter, /proc names or a full disk.
+Real clients, real restarts, the real `rig train`/`rig launch` through torchrun and the binder."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.helpers.fakesys import FakeSys, bus
+from tests.helpers.waiting import wait_until
+from tests.helpers.workstation import KERNEL_CELL, RESULT_LINE, TERMINAL, Workstation, start, up
+
+pytestmark = pytest.mark.image
+
+# A package planted where `python -m` would find it first: it notes who imported it, and where.
+PLANT = (
+    "import os, sys\n"
+    "with open('/workspace/planted.log', 'a') as f:\n"
+    "    f.write(f'{__name__} uid={os.getuid()} argv={sys.argv!r}\\n')\n"
+)
+
+
+@pytest.fixture(scope="module")
+def ws(image: str) -> Iterator[Workstation]:
+    with tempfile.TemporaryDirectory(prefix="harden-") as d:
+        ws = start("harden-hostile", Path(d))
+        try:
+            up(ws)
+            yield ws
+        finally:
+            ws.compose("down", "-v", "-t", "30", check=False)
+
+
+def as_yolo(ws: Workstation, script: str, timeout: int = 60) -> str:
+    result = ws.ssh(script, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def write(text: str, path: str) -> str:
+    """A shell command that writes text to path exactly (no quoting or escapes on the way)."""
+    return f"echo {base64.b64encode(text.encode()).decode()} | base64 -d > {path}"
+
+
+def restart(ws: Workstation) -> str:
+    """Restart the container as its user may; return the log of the new start only."""
+    since = ws.exec("date -u +%Y-%m-%dT%H:%M:%S.%NZ").strip()
+    ws.compose("restart", "-t", "30", "workstation", timeout=180)
+    wait_until(ws.answers, timeout=120, interval=0.3)
+    cid = ws.compose("ps", "-q", "workstation").stdout.strip()
+    out = subprocess.run(
+        ["docker", "logs", "--since", since, cid], capture_output=True, text=True, check=True
+    )
+    return out.stdout + out.stderr
+
+
+def _fake_sys(ws: Workstation, tmp: Path) -> tuple[Path, str]:
+    """A one-GPU fake /sys, copied into the container at /fake/sys; its folder and the options."""
+    root = tmp / "fake"
+    FakeSys(root / "sys").node(0, "0-1").online("0-1").cpuset("0-1").gpu(bus(0), 0, "0-1")
+    for p in [root, *root.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    ws.compose("cp", str(root), "workstation:/fake")
+    return root, f"--sysfs-root /fake/sys --gpu-bus-ids {bus(0)}"
+
+
+# ---- 1: nothing in /workspace is imported by our Pythons --------------------------------------------
+def test_packages_planted_in_the_workspace_are_never_imported(ws: Workstation, tmp_path: Path) -> None:
+    root, topo = _fake_sys(ws, tmp_path)
+    as_yolo(ws, "rig demo-data /datasets/tiny --train 4 --val 2 --imgsz 64 --force", timeout=120)
+    plant = " && ".join(
+        f"mkdir -p /workspace/{name} && {write(PLANT, f'/workspace/{name}/__init__.py')}"
+        for name in ("rig", "torch", "ultralytics")
+    )
+    as_yolo(ws, f"set -e; {plant}; rm -f /workspace/planted.log")
+    restart(ws)  # JupyterLab and TensorBoard start again (their working folder was /workspace)
+    # TensorBoard works from "/"; JupyterLab from /workspace, where its terminals open, isolated (-I).
+    assert as_yolo(ws, "readlink /proc/$(pgrep -o -u yolo -f bin/tensorboard)/cwd").strip() == "/"
+    pwd = 'echo "R""ESULT@@$(pwd)@@"'
+    term = ws.compose(
+        "exec", "-T", "workstation", "timeout", "40", "python", "-", pwd, RESULT_LINE, input=TERMINAL
+    )
+    assert "RESULT@@/workspace@@" in term.stdout, term.stdout + term.stderr  # where terminals open
+    # A CPU run, torchrun over the binder and the trainer, a `rig launch`, as yolo from /workspace;
+    # then as root (RIG_USER=root, what the PyTorchJob manifest sets) in a one-shot container like
+    # `make train`'s. None needs to train: each has imported rig, torch and Ultralytics by the time
+    # it finds no model file (no GPU here either).
+    data = "data=/datasets/tiny/data.yaml model=/nowhere/model.yaml epochs=1 imgsz=64 batch=2 workers=0"
+    jobs = (
+        f"rig train device=cpu {data}",
+        f"rig train {topo} --gpus 1 {data}",
+        f"rig launch {topo} -- /bin/true",
+    )
+    for job in jobs:
+        out = ws.ssh(f"cd /workspace && timeout 150 {job}", timeout=180)
+        assert "INFO launch: Executing: " in out.stdout + out.stderr, out.stdout + out.stderr  # got that far
+    for job in jobs:
+        run = ws.compose(
+            "run", "--rm", "--no-deps", "-e", "RIG_USER=root", "-v", f"{root}:/fake:ro", "workstation",
+            "timeout", "150", *job.split(), timeout=240, check=False,
+        )  # fmt: skip
+        assert "INFO launch: Executing: " in run.stdout + run.stderr, run.stdout + run.stderr
+    planted = ws.exec("cat /workspace/planted.log 2>/dev/null; true")
+    assert planted == "", planted
+
+
+# ---- 2: a token per start, for the server alone; ~/.jupyter changes nothing ----------------------
+# Config a session plants to open the server at its next start: no token, a password it knows.
+# Each Python config also leaves a mark if it runs at all.
+OPEN_UP = (
+    "import os; open('/tmp/config-ran-' + str(os.getpid()), 'w').close()\n"
+    "c.IdentityProvider.token = ''\nc.ServerApp.token = ''\n"
+    "c.PasswordIdentityProvider.hashed_password = {hash!r}\nc.ServerApp.password = {hash!r}\n"
+)
+PASSWORD = "a-password-the-session-knows"
+
+
+def _login(ws: Workstation, password: str) -> int:
+    """What the API answers after a login with `password` on JupyterLab's login page."""
+    with requests.Session() as s:
+        s.get(f"{ws.jupyter}/login", timeout=10)
+        data = {"password": password, "_xsrf": s.cookies.get("_xsrf", "")}
+        s.post(f"{ws.jupyter}/login", data=data, timeout=10, allow_redirects=False)
+        return s.get(f"{ws.jupyter}/api/status", timeout=10).status_code
+
+
+def test_the_token_is_new_at_every_start_and_no_session_can_read_or_replace_it(ws: Workstation) -> None:
+    hashed = as_yolo(
+        ws, f"python -c 'from jupyter_server.auth import passwd; print(passwd(\"{PASSWORD}\"))'"
+    ).strip()
+    config = OPEN_UP.format(hash=hashed)
+    as_yolo(
+        ws,
+        "set -e; rm -f /tmp/config-ran-*; mkdir -p ~/.jupyter ~/.local/etc/jupyter; "
+        + " ".join(
+            f"{write(config, path)};"
+            for path in (
+                "~/.jupyter/jupyter_server_config.py",
+                "~/.jupyter/jupyter_config.py",
+                "~/.jupyter/jupyter_lab_config.py",
+                "~/.local/etc/jupyter/jupyter_server_config.py",
+                "/workspace/jupyter_server_config.py",
+            )
+        )
+        + ' printf \'%s\' \'{"IdentityProvider": {"token": ""}}\' > ~/.jupyter/jupyter_server_config.json',
+    )
+    old = ws.token()
+    restart(ws)
+    new = ws.token()
+    assert new != old and len(new) >= 32
+    status = f"{ws.jupyter}/api/status"
+    assert requests.get(status, timeout=10).status_code == 403  # no token: no way in
+    assert requests.get(status, headers={"Authorization": f"token {old}"}, timeout=10).status_code == 403
+    assert requests.get(status, headers={"Authorization": f"token {new}"}, timeout=10).status_code == 200
+    assert _login(ws, PASSWORD) == 403 and _login(ws, new) == 200
+    assert as_yolo(ws, "ls /tmp | grep -c config-ran; true").strip() == "0"  # no config of yolo's ran
+    # Everything a login can read: files, every process's environment and command line, the server's
+    # descriptors and memory. The token is in none of them.
+    server = as_yolo(ws, "pgrep -o -u yolo -f '[.]labserver'").strip()
+    # The token comes on stdin into a shell variable: never in this search's own argv or environment.
+    found = 'grep -q -a -F -f <(printf "%s\\n" "$T") && echo FOUND'
+    script = (
+        "read -r T; "
+        'grep -r -l -F -f <(printf "%s\\n" "$T") /run /tmp /home/yolo /workspace /var/tmp /dev/shm '
+        "2>/dev/null; "
+        f"for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null | {found} $p; done; "
+        f"for f in /proc/{server}/fd/*; do timeout 2 cat $f 2>/dev/null | {found} $f; done; "
+        f'python -c \'open("/proc/{server}/mem", "rb")\' 2>&1 | tail -1; '
+        f"ls /proc/{server}/fd 2>&1 | tail -1"
+    )
+    looked = subprocess.run(
+        [*ws.ssh_argv(), script], input=new + "\n", capture_output=True, text=True, timeout=120, check=False
+    )
+    out = looked.stdout.splitlines()
+    assert out[:-2] == [], looked.stdout  # no file named, nothing FOUND
+    assert out[-2].startswith("PermissionError") and "Permission denied" in out[-1], looked.stdout
+
+
+# ---- 4: the stop survives any process name, and scripts get TERM and their grace ------------------
+# A job that saves on TERM (after a second of work), named by argv[1] as raw bytes (prctl), or not.
+SAVER = r"""
+import ctypes, signal, sys, time
+name = bytes.fromhex(sys.argv[1])
+if name:
+    ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
+def save(*_):
+    time.sleep(1)
+    open(sys.argv[2], "w").write("saved")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, save)
+open(sys.argv[2] + ".ready", "w").close()
+while True:
+    time.sleep(1)
+"""
+SCRIPT = "trap 'sleep 1; echo saved > {out}; exit 0' TERM; touch {out}.ready; sleep 1000 & wait"
+
+
+def test_a_stop_gives_every_job_its_term_whatever_its_name_or_shell(ws: Workstation) -> None:
+    d = "/workspace/stop-jobs"
+    as_yolo(ws, f"rm -rf {d} && mkdir -p {d} && {write(SAVER, d + '/saver.py')}")
+    as_yolo(ws, write(SCRIPT.format(out=d + "/bash-script"), d + "/job.sh"))
+    jobs = (
+        f"python {d}/saver.py fffe {d}/latin1-name",  # a name that is no UTF-8
+        f"python {d}/saver.py {b'x) (y'.hex()} {d}/odd-name",
+        f"python {d}/saver.py 1b5b324a0d {d}/escape-name",  # ESC[2J CR
+        f"bash {d}/job.sh",  # a script: its TERM trap must run
+        f"bash -c {SCRIPT.format(out=d + '/bash-c')!r}",
+    )
+    for job in jobs:
+        as_yolo(ws, f"setsid nohup {job} >/dev/null 2>&1 < /dev/null &")
+    names = ("latin1-name", "odd-name", "escape-name", "bash-script", "bash-c")
+    ready = {f"{n}.ready" for n in names}
+    wait_until(lambda: ready <= set(as_yolo(ws, f"ls {d}").split()), timeout=60)
+    restart(ws)
+    saved = ws.exec(f"cd {d} && for n in {' '.join(names)}; do echo $n $(cat $n 2>/dev/null); done")
+    assert saved.split("\n")[:-1] == [f"{n} saved" for n in names], saved + ws.logs()[-3000:]
+    stop_lines = [line for line in ws.logs().splitlines() if "SIGTERM to the sessions' jobs" in line]
+    assert stop_lines and all(line.isprintable() for line in stop_lines), stop_lines
+
+
+# ---- 7: a full disk never stops the supervisor -------------------------------------------------------
+def _container(ws: Workstation) -> dict[str, str]:
+    cid = ws.compose("ps", "-q", "workstation").stdout.strip()
+    fmt = "{{.RestartCount}} {{.State.StartedAt}}"
+    out = subprocess.run(["docker", "inspect", "-f", fmt, cid], capture_output=True, text=True, check=True)
+    count, started = out.stdout.split()
+    return {"restarts": count, "started": started}
+
+
+def kill_jupyter(ws: Workstation) -> None:
+    """As yolo: SIGKILL to its own JupyterLab server; back once a new one runs."""
+    find = "pgrep -o -u yolo -f '[.]labserver'; true"
+    old = as_yolo(ws, find).strip()
+    as_yolo(ws, f"kill -KILL {old}")
+    wait_until(lambda: as_yolo(ws, find).strip() not in ("", old), timeout=60, interval=0.5)
+
+
+def test_a_full_disk_costs_one_warning_not_the_workstation(image: str, tmp_path: Path) -> None:
+    # /run/rig on a small tmpfs of its own: filling it is a full disk for rig serve's state writes,
+    # without filling the host's disk as a hostile user would fill the container's layer.
+    override = tmp_path / "small-run.yaml"
+    override.write_text("services:\n  workstation:\n    tmpfs:\n      - /run/rig:size=64k,mode=755\n")
+    ws = start("harden-disk", tmp_path)
+    ws.overrides.append(override)
+    try:
+        up(ws)
+        before = _container(ws)
+        ws.exec("cat /dev/zero > /run/rig/filler 2>/dev/null; true")
+        for _ in range(3):  # what yolo may do: kill its own JupyterLab, again and again
+            kill_jupyter(ws)
+        wait_until(ws.answers, timeout=90, interval=0.5)
+        assert _container(ws) == before  # the same container, never restarted
+        warned = [line for line in ws.logs().splitlines() if "cannot write /run/rig/services.json" in line]
+        assert len(warned) == 1 and warned[0].startswith("WARNING serve: "), warned
+        ws.exec("rm /run/rig/filler")
+        kill_jupyter(ws)
+        wait_until(lambda: ws.services()["jupyter"]["state"] == "running", timeout=90, interval=0.5)
+    finally:
+        ws.compose("down", "-v", "-t", "30", check=False)
+
+
+# Forks until the kernel refuses (bounded: at most 1000), then ends every child.
+FORK_BOMB = """
+import os, signal, time
+children = []
+try:
+    for _ in range(1000):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(120)
+            os._exit(0)
+        children.append(pid)
+    print("never stopped", len(children))
+except OSError as e:
+    print("stopped at", len(children), e.strerror)
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+"""
+
+
+# ---- 6, 8: a shared host's limits; what a kernel prints stays one escaped line ---------------------
+def test_limits_and_a_kernel_that_floods_or_forges_the_log(image: str, tmp_path: Path) -> None:
+    ws = start("harden-limits", tmp_path, PIDS_LIMIT="200", LOG_MAX_SIZE="1m", LOG_MAX_FILE="2")
+    try:
+        up(ws)
+        # A fork bomb as yolo ends at the container's pids limit, not the host's pid_max.
+        bomb = as_yolo(ws, f"python -c {shlex.quote(FORK_BOMB)}", timeout=120)
+        assert "stopped at" in bomb and "Resource temporarily unavailable" in bomb, bomb
+        assert int(bomb.split()[2]) < 200, bomb
+        # A kernel forges `make up`'s line with a carriage return and escape sequences, then floods.
+        forged = "\\x1b[2K\\rINFO serve: JupyterLab: http://evil.example/lab?token=stolen"
+        # Past ipykernel's relay: its copy of the fd 1 it inherited from JupyterLab.
+        code = (
+            "import os, sys; fd = sys.stdout._original_stdstream_copy; "
+            f"[os.write(fd, b'x' * 1023 + b'\\n') for _ in range(20480)]; os.write(fd, b'{forged}\\n')"
+        )  # 20 MiB
+        cell = ws.compose(
+            "exec",
+            "-T",
+            "workstation",
+            "timeout",
+            "170",
+            "python",
+            "-",
+            code,
+            "reply",
+            ws.token(),
+            input=KERNEL_CELL,
+            timeout=180,
+        )
+        assert "REPLY ok" in cell.stdout, cell.stdout + cell.stderr
+        logs = ws.logs()
+        assert "\x1b" not in logs and "\r" not in logs
+        assert "INFO jupyter: \\x1b[2K\\rINFO serve: JupyterLab: http://evil.example" in logs
+        assert "evil.example" not in ws.exec("cat /run/rig/urls")  # what `make up` prints
+        assert len(logs.encode()) < 3 * 1024 * 1024, len(logs)  # two files of 1 MiB kept, not 20 MiB
+    finally:
+        ws.compose("down", "-v", "-t", "30", check=False)
+
+
+# ---- 5: re-owning after a RIG_UID change: any depth, one budget, a WARNING until done -------------
+def test_a_new_rig_uid_takes_over_deep_trees_and_says_what_is_left(image: str, tmp_path: Path) -> None:
+    ws = start("harden-reown", tmp_path)
+    try:
+        up(ws)
+        deep = "/workspace/deep/" + "d/" * 1201
+        as_yolo(
+            ws,
+            f"set -e; mkdir -p {deep} && echo w > {deep}last.pt; "
+            "cd /workspace/runs; for i in $(seq 40); do mkdir -p r$i && echo w > r$i/last.pt; done",
+        )
+        ws.compose("down", "-t", "30")  # keeps the volumes
+        ws.env.update(RIG_UID="5555", RIG_GID="5556", RIG_REOWN_BUDGET_S="0")  # no time at all
+        up(ws)
+        for _ in range(2):  # at every start until done, with the count left
+            unfinished = [line for line in ws.logs().splitlines() if "re-owning /workspace " in line]
+            assert unfinished and unfinished[-1].startswith("WARNING users: "), unfinished
+            left = int(unfinished[-1].split("is not finished: ")[1].split()[0])
+            assert left > 1240 and "entries still belong to uid 1000 gid 1000" in unfinished[-1], unfinished
+            restart(ws)
+        assert len([line for line in ws.logs().splitlines() if "re-owning /workspace" in line]) >= 2
+        ws.compose("down", "-t", "30")
+        del ws.env["RIG_REOWN_BUDGET_S"]
+        up(ws)
+        out = as_yolo(
+            ws,
+            f"touch {deep}last.pt /workspace/runs/r*/last.pt && echo writable; "
+            "find /workspace -user 1000 | wc -l",
+        )
+        assert out.split() == ["writable", "0"], out
+        assert "is not finished" not in ws.logs()
+    finally:
+        ws.compose("down", "-v", "-t", "30", check=False)
+
+
+# ---- 9: the smaller items ------------------------------------------------------------------------------
+def test_kills_agents_connections_and_root_caches(ws: Workstation, tmp_path: Path) -> None:
+    # Killing its own JupyterLab, more often than the restart budget (5): the box stays up.
+    cid = ws.compose("ps", "-q", "workstation").stdout.strip()
+    fmt = "{{.RestartCount}} {{.State.StartedAt}}"
+
+    def state() -> str:
+        return subprocess.run(["docker", "inspect", "-f", fmt, cid], capture_output=True, text=True).stdout
+
+    before = state()
+    for _ in range(7):
+        kill_jupyter(ws)
+    wait_until(ws.answers, timeout=90, interval=0.5)
+    assert state() == before and "FATAL" not in ws.logs()
+    # sshd: no agent forwarding, and a cap on one address's unauthenticated connections.
+    effective = ws.exec("/usr/sbin/sshd -T -f /etc/ssh/sshd_config -C user=yolo,host=x,addr=127.0.0.1")
+    assert "allowagentforwarding no" in effective and "persourcemaxstartups 128" in effective
+    agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
+    sock = agent.split("SSH_AUTH_SOCK=")[1].split(";")[0]
+    pid = agent.split("SSH_AGENT_PID=")[1].split(";")[0]
+    try:
+        argv = [*ws.ssh_argv()[:-1], "-A", ws.ssh_argv()[-1], 'echo "agent=${SSH_AUTH_SOCK:-none}"']
+        env = {**os.environ, "SSH_AUTH_SOCK": sock}
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == "agent=none", out.stdout + out.stderr
+    finally:
+        subprocess.run(["kill", pid], check=False)
+    # A command that stays root gets compile caches of its own, not the cache volume yolo writes.
+    run = ws.compose(
+        "run", "--rm", "--no-deps", "-e", "RIG_USER=root", "workstation", "sh", "-c",
+        "echo $TORCHINDUCTOR_CACHE_DIR $TRITON_CACHE_DIR", timeout=180,
+    )  # fmt: skip
+    assert run.stdout.split()[-2:] == ["/root/.cache/torch/inductor", "/root/.cache/torch/triton"], run.stdout
