@@ -38,10 +38,11 @@ def _is_baked(config_dir: Path) -> bool:
     return os.path.normpath(config_dir) == os.path.normpath(BAKED_CONFIG_DIR)
 
 
-def seed(config_dir: Path, baked: Path = BAKED_CONFIG_DIR / SUBDIR) -> list[str]:
-    """Copy the baked settings.json and font links into config_dir/Ultralytics where they are
-    missing; returns the names copied. OSError or safefs.Skipped when the folder cannot be used.
-    config_dir's parent must exist (the workspace)."""
+def seed(config_dir: Path, baked: Path | None = None) -> list[str]:
+    """Copy the baked settings.json and font links (baked: the image's Ultralytics/ folder) into
+    config_dir/Ultralytics where they are missing; returns the names copied. OSError or
+    safefs.Skipped when the folder cannot be used. config_dir's parent must exist (the workspace)."""
+    baked = baked or BAKED_CONFIG_DIR / SUBDIR
     copied: list[str] = []
     with safefs.opened_dir(config_dir.parent) as parent_fd:
         config_fd = safefs.ensure_dir(config_dir.name, parent_fd)

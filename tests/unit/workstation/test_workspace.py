@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from rig.workstation import users, workspace
 from rig.workstation.workspace import MANIFEST, Action, FileState, decide, seed_notebooks
+from rig.yolo import settings
 
 S, D, OLD = "src-hash", "dst-hash", "old-hash"
 
@@ -236,3 +237,17 @@ def test_prepare_gives_up_on_a_child_that_hangs(
     assert (
         "took longer than 0 s; skipped" in _warnings(caplog)[0] or "took longer than" in _warnings(caplog)[0]
     )
+
+
+def test_prepare_seeds_ultralytics_settings_in_the_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    baked = tmp_path / "opt/ultralytics"
+    (baked / "Ultralytics").mkdir(parents=True)
+    (baked / "Ultralytics/settings.json").write_text('{"tensorboard": true}')
+    monkeypatch.setattr(settings, "BAKED_CONFIG_DIR", baked)
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    monkeypatch.setenv("YOLO_CONFIG_DIR", str(ws / ".config"))
+    workspace.prepare_as_user(ws, tmp_path / "no-notebooks")
+    assert json.loads((ws / ".config/Ultralytics/settings.json").read_text()) == {"tensorboard": True}
