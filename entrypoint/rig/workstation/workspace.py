@@ -12,14 +12,12 @@ file as it was seeded. On each start:
 import hashlib
 import json
 import os
-import signal
-import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 from rig import log, paths, safefs
-from rig.workstation import users
+from rig.workstation import asuser, users
 from rig.yolo import settings
 
 _logger = log.get("workspace")
@@ -171,28 +169,9 @@ def prepare(ids: users.Ids, timeout: float = PREPARE_TIMEOUT, **kwargs: Path) ->
     """prepare_as_user in a child process that is user yolo (ids) before it touches anything: root
     never acts inside the workspace. A child that does not finish in time is killed, so nothing a
     user leaves there can hold the services back. Returns whether it finished."""
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        code = 1
-        try:
-            users.drop_privileges(ids)
-            prepare_as_user(**kwargs)
-            code = 0
-        except BaseException as e:  # the parent logs the exit code; say why here
-            _logger.warning("preparing the workspace failed: %s", e)
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, _status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return True
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    _logger.warning(
-        "preparing the workspace (runs/, notebooks/) took longer than %.0f s; skipped (see what is left "
-        "in /workspace)",
+    return asuser.run_as(
+        ids,
+        lambda: prepare_as_user(**kwargs),
         timeout,
+        "preparing the workspace (runs/, notebooks/; see what is left in /workspace)",
     )
-    return False
