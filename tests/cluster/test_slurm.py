@@ -59,7 +59,7 @@ def trainer_ranks(cluster: Cluster, service: str) -> set[str]:
     """RANK and WORLD_SIZE of the trainer processes running on a node, read from /proc as yolo, the
     job's user (root in the container may not read another user's environ)."""
     cmd = (
-        f"for p in $(pgrep -f -- '^\\S*python\\S* -m {TRAINER} '); do "
+        f"for p in $(pgrep -f -- '^\\S*python\\S*( -\\S+)* -m {TRAINER} '); do "
         "tr '\\0' '\\n' </proc/$p/environ 2>/dev/null | grep -E '^(RANK|WORLD_SIZE)='; done | sort -u"
     )
     _, out = cluster.run(cmd, service=service)

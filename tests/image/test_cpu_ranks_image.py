@@ -50,7 +50,7 @@ def _epochs(containers: Containers, c: Any, run: str) -> list[int]:
 def _ranks_alive(containers: Containers, c: Any) -> list[str]:
     """The rank processes (the trainer's own argv; torchrun's argv names the trainer too)."""
     _, out = containers.exec(
-        c, "ps -eo args | grep -E '^\\S*python\\S* -m rig.launch.(trainer|binder)' || true", 10
+        c, "ps -eo args | grep -E '^\\S*python\\S*( -\\S+)* -m rig.launch.(trainer|binder)' || true", 10
     )
     return [line for line in out.splitlines() if line.strip()]
 
