@@ -10,9 +10,10 @@ import pytest
 
 pytestmark = pytest.mark.image
 
-# Help links Ultralytics prints, docs and the Netron viewer (never fetched); any other URL in a
+# Help links Ultralytics prints, docs and the Netron viewer (never fetched), and the local
+# TensorBoard its callback names (tensorboard=True in the image's settings); any other URL in a
 # log means it tried the network.
-_ALLOWED_URL = re.compile(r"https://(docs\.ultralytics\.com/\S*|netron\.app)")
+_ALLOWED_URL = re.compile(r"https://(docs\.ultralytics\.com/\S*|netron\.app)|http://localhost:6006/")
 _URL = re.compile(r"\b(?:https?|ftp)://\S+")
 _NETWORK_WORDS = re.compile(
     r"download|may be offline|retrying|github\.com|urlopen|connectionerror", re.IGNORECASE
