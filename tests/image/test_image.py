@@ -399,7 +399,7 @@ def test_a_stale_lock_fails_the_build_and_make_lock_fixes_both_stacks(tmp_path: 
     out = result.stdout + result.stderr
     assert result.returncode != 0, out[-3000:]
     # A line the build step printed (BuildKit prefixes them with "#step seconds"), not the echoed RUN.
-    printed = r"^#\d+ [\d.]+ ERROR build: uv\.lock is stale for pyproject\.toml: run 'make lock'"
+    printed = r"^#\d+ [\d.]+ ERROR build: uv\.lock is stale for pyproject\.toml \(run 'make lock'\)"
     assert re.search(printed, out, re.M), out[-3000:]
 
     if shutil.which("uv") is None:
