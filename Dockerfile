@@ -208,6 +208,15 @@ COPY --from=tuned /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default
      /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml
 COPY --from=tuned /opt/rig/configs /opt/rig/configs
 COPY --from=tuned /opt/rig/ultralytics /opt/rig/ultralytics
+# The user's settings, seeded in the image too, so a fresh `workspace` volume starts with them and a
+# process that bypasses `rig exec` (another entrypoint, any uid) still reads the image's defaults;
+# sticky and open to all like the baked folder, for Ultralytics' DDP files of such a uid.
+RUN install -d -o yolo -g yolo -m 0755 /workspace/.config \
+    && install -d -o yolo -g yolo -m 1777 /workspace/.config/Ultralytics \
+    && install -o yolo -g yolo -m 0644 /opt/rig/ultralytics/Ultralytics/settings.json /workspace/.config/Ultralytics/ \
+    && cp -P /opt/rig/ultralytics/Ultralytics/Arial.ttf /opt/rig/ultralytics/Ultralytics/Arial.Unicode.ttf \
+        /workspace/.config/Ultralytics/ \
+    && chown -h yolo:yolo /workspace/.config/Ultralytics/Arial.ttf /workspace/.config/Ultralytics/Arial.Unicode.ttf
 # Under pytest Ultralytics saves a run without an absolute project= in site-packages/tests/tmp/runs
 # (cfg.get_save_dir), read-only here: that folder is a link to the runs volume.
 RUN mkdir -p /opt/venv/lib/python3.11/site-packages/tests/tmp \
