@@ -16,7 +16,7 @@ PIP_INDEX_URL ?= https://pypi.org/simple
 # mounted into the containers `make up`/`train`/`weights`/`datasets` start (HTTPS_PROXY & co. pass too).
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 GIT_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=30
 # Pretrained weights to bake into the image's `weights` volume, e.g. "yolo11n.pt yolo26n.pt"
 # (downloaded at build time from Ultralytics' GitHub releases). Empty: nothing is downloaded.
 RIG_WEIGHTS ?=
