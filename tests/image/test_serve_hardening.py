@@ -89,7 +89,11 @@ def restart(ws: Workstation) -> str:
     out = subprocess.run(
         ["docker", "logs", "--since", since, cid], capture_output=True, text=True, check=True
     )
-    return out.stdout + out.stderr
+    log = out.stdout + out.stderr
+    # The window also holds the old instance's stop (a kernel restarting then may print a traceback);
+    # its last line is "INFO serve: stopped".
+    marker = "INFO serve: stopped\n"
+    return log.rsplit(marker, 1)[-1] if marker in log else log
 
 
 def warnings_in(log: str) -> list[str]:
