@@ -1,7 +1,12 @@
-"""The README keeps up with the code: its make targets exist, and every variable a user can set is listed.
+"""The documentation keeps up with the code.
 
-"Documented" means the name appears in backticks in a Markdown table row of README.md, e.g.
-`| `RIG_UID` | `1000` | uid of user yolo ... |`; a row naming `PET_*` covers every PET_ variable.
+- The README is a landing page: at most 200 lines, with the test command CI runs (`make test`).
+- Every relative link in README.md, BENCHMARKS.md and docs/*.md resolves: the file, and for
+  `#anchor` a heading of that file (GitHub's slugs).
+- docs/architecture.md's package map names every module under entrypoint/rig/, and nothing else.
+- The make targets the pages name exist; docs/reference.md lists every `rig` command and every
+  variable a user can set. "Listed" means the name appears in backticks in a Markdown table row,
+  e.g. `| `RIG_UID` | `1000` | uid of user yolo ... |`; a row naming `PET_*` covers every PET_ variable.
 """
 
 from __future__ import annotations
@@ -12,12 +17,18 @@ import shlex
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
 from tests.helpers import ENTRYPOINT, REPO
 
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+REFERENCE = DOCS / "reference.md"
+ARCHITECTURE = DOCS / "architecture.md"
+PACKAGE = ENTRYPOINT / "rig"
+README_MAX_LINES = 200
 ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$|^[A-Z]{4,}$")
 # Ours and Ultralytics': any such constant in the entrypoint is a variable it reads or sets.
 OWN_PREFIXES = ("RIG_", "YOLO_")
@@ -33,25 +44,113 @@ def _words(command: str) -> list[str]:
         return command.split()
 
 
-def readme_make_targets(text: str) -> set[str]:
-    """Targets of every `make ...` in inline code or on a line of a fenced code block."""
+def _code_commands(text: str) -> list[str]:
+    """Inline code spans and the lines of fenced code blocks."""
     blocks = re.findall(r"```[^\n]*\n(.*?)```", text, re.S)
     prose = re.sub(r"```[^\n]*\n.*?```", "", text, flags=re.S)
-    commands = re.findall(r"`([^`\n]+)`", prose) + [line for b in blocks for line in b.splitlines()]
-    targets = set()
-    for command in commands:
+    return re.findall(r"`([^`\n]+)`", prose) + [line for b in blocks for line in b.splitlines()]
+
+
+def readme_make_commands(text: str) -> set[str]:
+    """Every `make ...` command as `make TARGET...`, its variables and options left out."""
+    commands = set()
+    for command in _code_commands(text):
         words = _words(command)
         if words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]) and "make" in words:
             words = words[words.index("make") :]  # VAR=value VAR2="$(cmd -x)" make ...
         if not words or words[0] != "make":
             continue
+        targets = []
         for word in words[1:]:
             if word.startswith("-") or "=" in word:  # options and VAR=value
                 continue
             if not re.fullmatch(r"[a-zA-Z0-9_-]+", word):
                 break
-            targets.add(word)
-    return targets
+            targets.append(word)
+        commands.add(" ".join(["make", *targets]))
+    return commands
+
+
+def readme_make_targets(text: str) -> set[str]:
+    """Targets of every `make ...` in inline code or on a line of a fenced code block."""
+    return {t for command in readme_make_commands(text) for t in command.split()[1:]}
+
+
+def _prose(text: str) -> str:
+    """The text without fenced code blocks and inline code spans (where `[a](b)` is no link)."""
+    text = re.sub(r"^ {0,3}(```|~~~).*?^ {0,3}\1[^\n]*$", "", text, flags=re.S | re.M)
+    return re.sub(r"(`+)(?:(?!\1).)+?\1", "", text, flags=re.S)
+
+
+def relative_links(text: str) -> list[str]:
+    """Targets of inline links and images, and of reference definitions, that are not URLs."""
+    prose = _prose(text)
+    targets = re.findall(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)", prose)
+    targets += re.findall(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", prose, re.M)
+    return [t for t in targets if not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:", t)]
+
+
+def heading_anchors(text: str) -> set[str]:
+    """GitHub's ids for the headings: lower case, punctuation dropped, spaces to '-', repeats -1, -2."""
+    anchors: set[str] = set()
+    for heading in re.findall(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", _prose_keep_code(text), re.M):
+        heading = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link: its text
+        base = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        slug, n = base, 0
+        while slug in anchors:
+            n += 1
+            slug = f"{base}-{n}"
+        anchors.add(slug)
+    return anchors
+
+
+def _prose_keep_code(text: str) -> str:
+    """The text without fenced code blocks (a `# comment` there is no heading); inline code stays."""
+    return re.sub(r"^ {0,3}(```|~~~).*?^ {0,3}\1[^\n]*$", "", text, flags=re.S | re.M)
+
+
+def link_problem(page: Path, target: str) -> str | None:
+    """Why the relative link `target` on `page` does not resolve, or None."""
+    path_part, _, anchor = target.partition("#")
+    path = (page.parent / unquote(path_part)).resolve() if path_part else page
+    if not path.exists():
+        return f"{path_part}: no such file"
+    if anchor and path.suffix == ".md" and anchor not in heading_anchors(path.read_text()):
+        return f"#{anchor}: no such heading in {path.name}"
+    return None
+
+
+def package_map(text: str) -> set[str]:
+    """The first cell of each table row under the heading '## Package map', in backticks."""
+    section = re.search(r"^## Package map[^\n]*\n(.*?)(?=^#{1,2} |\Z)", text, re.S | re.M)
+    if not section:
+        return set()
+    return {
+        m.group(1)
+        for line in section.group(1).splitlines()
+        if (m := re.match(r"\s*\|\s*`([^`]+)`\s*\|", line))
+    }
+
+
+def package_modules(package: Path) -> set[str]:
+    """Every module of the package as the map names it: `launch/job.py`, a subpackage as `launch/`."""
+    names = set()
+    for path in package.rglob("*.py"):
+        relative = path.relative_to(package)
+        if path.name == "__init__.py" and relative.parent != Path():
+            names.add(f"{relative.parent.as_posix()}/")
+        else:
+            names.add(relative.as_posix())
+    return names
+
+
+def rig_commands(cli: Path) -> set[str]:
+    """`rig` sub-commands from cli.py's COMMAND_MODULES: `rig.commands.demo_data` is `demo-data`."""
+    for node in ast.walk(ast.parse(cli.read_text())):
+        if isinstance(node, ast.AnnAssign | ast.Assign) and "COMMAND_MODULES" in ast.unparse(node):
+            value = ast.literal_eval(node.value) if node.value else ()
+            return {m.rsplit(".", 1)[-1].replace("_", "-") for m in value}
+    return set()
 
 
 def documented_names(text: str) -> set[str]:
@@ -184,52 +283,162 @@ def f(environ, env):
         "YOLO_VERBOSE",
         "NCCL_DEBUG",
     }
+    assert "make test" in readme_make_commands("```\nmake test   # CI\nmake test-unit\n```\n")
+    assert readme_make_commands("Run `make test-unit` or `make test PYTEST_ARGS=-x`.") == {
+        "make test-unit",
+        "make test",
+    }
+    assert "make test" not in readme_make_commands("Run `make test-unit`.")
+
+    page = (
+        "# Title\n## The workstation (`docker compose up`)\n## Notes\n## Notes\n```\n# not a heading\n```\n"
+        "See [a](other.md#part-two), [b](#notes-1), [c](https://x.org/y), `[d](code.md)`, "
+        '![e](img/a%20b.png "t"), [f](mailto:a@b.c).\n[g]: ../up.md\n'
+    )
+    assert relative_links(page) == ["other.md#part-two", "#notes-1", "img/a%20b.png", "../up.md"]
+    assert heading_anchors(page) == {"title", "the-workstation-docker-compose-up", "notes", "notes-1"}
+    assert heading_anchors("## Multi-node: Kubernetes and Slurm\n## Speed: `make bench`\n") == {
+        "multi-node-kubernetes-and-slurm",
+        "speed-make-bench",
+    }
+
+    table = (
+        "## Package map\n| module | what |\n| --- | --- |\n| `cli.py` | argparse |\n"
+        "| `launch/` | launches |\n"
+        "| `launch/job.py` | the job |\n## Tests\n| `not/this.py` | x |\n"
+    )
+    assert package_map(table) == {"cli.py", "launch/", "launch/job.py"}
+    assert package_map("## Packages\n| `cli.py` | x |\n") == set()
     assert make_variables("IMAGE ?= yolo-rig\nSTACK := x\nGPUS ?=\n") == {"IMAGE", "GPUS"}
     assert compose_variables("image: ${IMAGE:-yolo-rig:cu121}\nport: ${SSH_PORT}\n") == {"IMAGE", "SSH_PORT"}
 
 
-# --- the README ------------------------------------------------------------------------------------
+def test_link_problem_on_examples(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "deploy").mkdir()
+    page = tmp_path / "docs" / "a.md"
+    page.write_text("# A\n## Part two\n")
+    (tmp_path / "README.md").write_text("# yolo-rig\n## Your data\n")
+    assert link_problem(page, "../README.md#your-data") is None
+    assert link_problem(page, "#part-two") is None
+    assert link_problem(page, "../deploy") is None  # a folder
+    assert link_problem(page, "../README.md#nowhere") == "#nowhere: no such heading in README.md"
+    assert link_problem(page, "#nowhere") == "#nowhere: no such heading in a.md"
+    assert link_problem(page, "README.md") == "README.md: no such file"  # relative to the page
+
+
+def test_package_modules_on_an_example(tmp_path: Path) -> None:
+    for name in (
+        "__init__.py",
+        "cli.py",
+        "launch/__init__.py",
+        "launch/job.py",
+        "observe/metrics/__init__.py",
+    ):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert package_modules(tmp_path) == {
+        "__init__.py",
+        "cli.py",
+        "launch/",
+        "launch/job.py",
+        "observe/metrics/",
+    }
+
+
+# --- the pages ----------------------------------------------------------------------------------
+
+
+def doc_pages() -> list[Path]:
+    return [README, REPO / "BENCHMARKS.md", *sorted(DOCS.glob("*.md"))]
+
+
+def _read(path: Path) -> str:
+    if not path.is_file():
+        pytest.fail(f"{path.relative_to(REPO)} is missing")
+    return path.read_text()
 
 
 @pytest.fixture(scope="module")
-def readme() -> str:
-    if not README.is_file():
-        pytest.fail("README.md is missing")
-    return README.read_text()
+def reference() -> str:
+    return _read(REFERENCE)
 
 
-def test_every_make_target_in_the_readme_exists(readme: str) -> None:
-    named = readme_make_targets(readme)
-    assert named, "the README names no `make` target; it should show at least the two commands"
+def test_the_readme_is_a_landing_page() -> None:
+    lines = _read(README).splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines, more than {README_MAX_LINES}: move the detail to a page of docs/"
+    )
+    # .ci/run runs "the README's test command": it must stay there, as a command a reader can copy.
+    assert "make test" in readme_make_commands(_read(README)), "README.md no longer shows `make test`"
+
+
+def test_every_make_target_in_the_docs_exists() -> None:
+    named = {t: page for page in doc_pages() for t in readme_make_targets(_read(page))}
+    assert named, "the docs name no `make` target; the README should show at least the two commands"
     out = subprocess.run(["make", "help"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
     listed = {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
-    assert named <= listed, (
-        f"README names make targets that `make help` does not list: {sorted(named - listed)}"
+    unknown = {t: str(page.relative_to(REPO)) for t, page in named.items() if t not in listed}
+    assert not unknown, f"make targets the docs name but `make help` does not list (target: page): {unknown}"
+
+
+def test_every_relative_link_resolves() -> None:
+    broken = [
+        f"{page.relative_to(REPO)}: ({target}) {why}"
+        for page in doc_pages()
+        for target in relative_links(_read(page))
+        if (why := link_problem(page, target))
+    ]
+    assert not broken, "links that do not resolve:\n" + "\n".join(broken)
+
+
+def test_the_package_map_names_every_module() -> None:
+    named = package_map(_read(ARCHITECTURE))
+    assert named, (
+        f"found no package map in {ARCHITECTURE.relative_to(REPO)}: the table under '## Package map'"
     )
+    expected = package_modules(PACKAGE)
+    missing = sorted(expected - named)
+    extra = sorted(named - expected)
+    lines = [f"missing: entrypoint/rig/{m} (add the row `| `{m}` | what it is for |`)" for m in missing]
+    lines += [f"extra: `{m}` names no module under entrypoint/rig/ (remove or rename its row)" for m in extra]
+    assert not lines, "docs/architecture.md's package map is out of date:\n" + "\n".join(lines)
 
 
-def test_every_variable_the_entrypoint_reads_is_documented(readme: str) -> None:
-    names = entrypoint_env_vars((ENTRYPOINT / "rig").rglob("*.py"))
+def test_every_rig_command_is_in_the_reference(reference: str) -> None:
+    commands = rig_commands(PACKAGE / "cli.py")
+    assert commands, "found no commands in rig/cli.py's COMMAND_MODULES: the scan is broken"
+    listed = set(re.findall(r"^\s*\|\s*`rig ([a-z-]+)", reference, re.M))
+    missing = sorted(commands - listed)
+    assert not missing, f"`rig` commands missing from the table of {REFERENCE.relative_to(REPO)}: {missing}"
+
+
+def test_every_variable_the_entrypoint_reads_is_documented(reference: str) -> None:
+    names = entrypoint_env_vars(PACKAGE.rglob("*.py"))
     assert names, "found no environment variables in entrypoint/rig: the scan is broken"
-    documented = documented_names(readme)
+    documented = documented_names(reference)
     missing = {n: m for n, m in names.items() if not is_documented(n, documented)}
     assert not missing, (
-        "environment variables the entrypoint reads but README.md's tables do not list "
+        "environment variables the entrypoint reads but docs/reference.md's tables do not list "
         f"(name: module): {missing}"
     )
 
 
-def test_every_make_variable_is_documented(readme: str) -> None:
+def test_every_make_variable_is_documented(reference: str) -> None:
     variables = make_variables((REPO / "Makefile").read_text())
-    documented = documented_names(readme)
+    documented = documented_names(reference)
     missing = sorted(v for v in variables if not is_documented(v, documented))
-    assert not missing, f"Makefile variables (VAR ?= default) missing from README.md's tables: {missing}"
+    assert not missing, (
+        f"Makefile variables (VAR ?= default) missing from docs/reference.md's tables: {missing}"
+    )
 
 
-def test_every_compose_variable_is_documented(readme: str) -> None:
+def test_every_compose_variable_is_documented(reference: str) -> None:
     variables: set[str] = set()
     for compose in REPO.glob("compose*.yaml"):
         variables |= compose_variables(compose.read_text())
-    documented = documented_names(readme)
+    documented = documented_names(reference)
     missing = sorted(v for v in variables if not is_documented(v, documented))
-    assert not missing, f"compose variables (${{VAR:-default}}) missing from README.md's tables: {missing}"
+    assert not missing, (
+        f"compose variables (${{VAR:-default}}) missing from docs/reference.md's tables: {missing}"
+    )
