@@ -26,7 +26,7 @@ RUN --mount=type=secret,id=ca \
 FROM base AS builder
 
 # python3-venv: its bundled pip bootstraps the hash-pinned uv below, nothing else.
-# binutils: strip-debug.sh (builder only; the runtime stage has no toolchain).
+# binutils: strip-debug.sh.
 RUN --mount=type=secret,id=ca \
     /usr/local/lib/rig/apt-install.sh python3-venv binutils
 
@@ -152,10 +152,10 @@ FROM base AS runtime
 # fonts-dejavu-core: Ultralytics' plots get a local font instead of downloading Arial.
 # numactl: `numactl --hardware` for users checking the topology the entrypoint binds to.
 # procps, less: what people expect in an SSH session.
-# tmux, screen: long runs over SSH survive a dropped connection (README: "Long runs over SSH").
+# tmux, screen: long runs over SSH survive a dropped connection (docs/training.md: "Long runs over SSH").
 # g++: torch.compile's toolchain, the one compiler both need: inductor compiles its CPU kernels as
-# C++ and Triton builds its GPU launcher with the C compiler g++ depends on (about 400 MB, the price
-# of `compile=True`; nothing else in the image compiles).
+# C++ and Triton builds its GPU launcher with the C compiler g++ depends on (its size, the price of
+# `compile=True`, is in BENCHMARKS.md; nothing else in the image compiles).
 RUN --mount=type=secret,id=ca \
     /usr/local/lib/rig/apt-install.sh tini openssh-server fonts-dejavu-core numactl procps less \
         tmux screen g++ \
@@ -196,8 +196,8 @@ ENV YOLO_OFFLINE=true \
     YOLO_AUTOINSTALL=false \
     YOLO_CONFIG_DIR=/workspace/.config
 # torch.compile's caches in the `cache` volume: the second run of a model does not compile again.
-# The FX graph cache (off by default in torch 2.3) keeps whole compiled graphs, not only kernels: a
-# second tiny CPU run measured 50 s with it, 159 s with the kernels alone, 340 s with nothing (BENCHMARKS.md).
+# The FX graph cache (off by default in torch 2.3) keeps whole compiled graphs, not only kernels, which
+# makes a model's second run much shorter than with the kernels alone (BENCHMARKS.md, "torch.compile").
 ENV RIG_CACHE_DIR=/cache \
     TORCHINDUCTOR_CACHE_DIR=/cache/torch/inductor \
     TRITON_CACHE_DIR=/cache/torch/triton \

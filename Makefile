@@ -137,7 +137,7 @@ up: host-dirs build ## build if needed, then start the workstation (SSH 2222, Ju
 	@echo "INFO metrics: http://$$($(COMPOSE) port workstation 9464)/metrics while \`rig train\` runs (Prometheus text; this host only)"
 	@echo "Next: \`make demo-data\` then \`make train\` (a generated dataset), or your own:"
 	@echo "  \`make train DATA=path/to/data.yaml MODEL=yolo11n.pt\` (\`make weights W=yolo11n.pt\` fetches it);"
-	@echo "  host folders as the volumes: DATASETS_DIR=... WEIGHTS_DIR=... RUNS_DIR=... make up (README: Your data)"
+	@echo "  host folders as the volumes: DATASETS_DIR=... WEIGHTS_DIR=... RUNS_DIR=... make up (docs/data.md)"
 
 .PHONY: down
 down: ## stop and remove the workstation (the volumes stay; `docker compose down -v` deletes them)
@@ -231,7 +231,7 @@ cluster-up: cluster-image ## start the local Slurm cluster (controller, node0, n
 	$(CLUSTER) up -d --wait
 	$(CLUSTER) exec -T -u yolo controller bash -lc '[ -f /shared/datasets/demo/data.yaml ] \
 		|| rig demo-data /shared/datasets/demo $(CLUSTER_DEMO_ARGS) >/dev/null'
-	@echo "Next: make cluster-shell, then sbatch /opt/rig/deploy/slurm.sbatch (README: Multi-node)"
+	@echo "Next: make cluster-shell, then sbatch /opt/rig/deploy/slurm.sbatch (docs/training.md: Multi-node)"
 
 # CMD is handed to bash as given, quotes, $ and all: its unexpanded value, single-quoted.
 .PHONY: cluster-shell

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compare two builds file by file: the sha256 of every file, every link's target, and every entry's
 # mode and owner under DIRS (default /opt/venv), read in throwaway containers without network.
-# Works on the image and on a stage built with --target (README: Reproducible builds).
+# Works on the image and on a stage built with --target (docs/image.md: Reproducible builds).
 # Usage: tools/compare_builds.sh IMAGE_A IMAGE_B [DIR...]     Exit 0 when they are the same.
 set -euo pipefail
 a=${1:?usage: compare_builds.sh IMAGE_A IMAGE_B [DIR...]}

@@ -1,6 +1,7 @@
 """The repository's deploy/slurm.sbatch, unmodified, on the local Slurm cluster (`make test-cluster`):
 two nodes x one CPU rank (gloo) train with the same image, path and trainer as GPU ranks, and each
-way a job is stopped or lost does what README's Multi-node section says.
+way a job is stopped or lost does what docs/training.md says ("Stops, time limits, requeues and
+preemption under Slurm").
 
 Tiny runs: the demo dataset of cluster-up (32 images), imgsz 64, a total batch of 2 (16 batches an
 epoch: the ranks agree on a stop every 10 batches, so every stop in the first four epochs is mid-epoch).

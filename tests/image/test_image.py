@@ -21,7 +21,7 @@ from tests.helpers.containers import Containers
 pytestmark = pytest.mark.image
 
 # What each stack promises, written out here rather than read from the build: the versions a user
-# is told (README) and the GPU code torch must carry (sm_90 everywhere, Blackwell on cu128).
+# is told (docs/image.md) and the GPU code torch must carry (sm_90 everywhere, Blackwell on cu128).
 STACK_FACTS: dict[str, dict[str, Any]] = {
     "cu121": {"torch": "2.3.1", "cuda": "12.1", "cudnn": 8902, "cudnn_dist": "8.9.2.26", "archs": {"sm_90"}},
     "cu128": {

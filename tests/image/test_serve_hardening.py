@@ -266,7 +266,7 @@ def test_tensorboard_needs_the_token_or_the_ssh_tunnel(hws: Workstation, contain
     assert lines[0].endswith("refused"), out  # no open TensorBoard port on the network
     assert not lines[1].endswith("TB"), out  # the proxy without the token: Jupyter's login page
     assert lines[2].endswith("200 TB"), out
-    # Through the SSH tunnel, as the README says.
+    # Through the SSH tunnel, as docs/workstation.md says.
     local = free_port()
     tunnel = subprocess.Popen(
         [*hws.ssh_argv()[:-1], "-N", "-L", f"{local}:localhost:6006", hws.ssh_argv()[-1]],

@@ -3,7 +3,7 @@
 Order matters: every input is checked first (bad input exits with one line before anything
 listens), then state is prepared (host keys, token, session environment), then the supervisor
 starts the services and stays in the foreground until SIGTERM, which it passes on to the jobs of
-the users' sessions before stopping the services (rig.sessions).
+the users' sessions before stopping the services (rig.workstation.sessions).
 """
 
 from __future__ import annotations

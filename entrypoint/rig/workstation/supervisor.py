@@ -3,7 +3,7 @@
 Vocabulary from supervisord (STARTING, RUNNING, BACKOFF, FATAL). A FATAL service stops everything
 with exit code 1: a workstation without SSH is worth less than a restarted one, and the container's
 restart policy does the restart. Stopping first gives the users' jobs SIGTERM and a grace period
-(rig.sessions), then stops the services as gunicorn does it: TERM, a deadline, KILL, reap. Signal
+(rig.workstation.sessions), then stops the services as gunicorn does it: TERM, a deadline, KILL, reap. Signal
 handlers only put the signal on a queue (`queue.SimpleQueue.put` is reentrant, safe in a handler);
 the loop acts on it, and tests inject into the same queue instead of sending real signals. The
 transitions are pure functions below.
