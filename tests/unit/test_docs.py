@@ -4,14 +4,16 @@
 - Every relative link in README.md, BENCHMARKS.md and docs/*.md resolves: the file, and for
   `#anchor` a heading of that file (GitHub's slugs).
 - docs/architecture.md's package map names every module under entrypoint/rig/, and nothing else.
-- The make targets the pages name exist; docs/reference.md lists every `rig` command and every
-  variable a user can set. "Listed" means the name appears in backticks in a Markdown table row,
-  e.g. `| `RIG_UID` | `1000` | uid of user yolo ... |`; a row naming `PET_*` covers every PET_ variable.
+- The make targets the pages name exist; docs/reference.md lists every `rig` command, every `make`
+  target and every variable a user can set. "Listed" means the name appears in backticks in a
+  Markdown table row, e.g. `| `RIG_UID` | `1000` | uid of user yolo ... |`; a row naming `PET_*`
+  covers every PET_ variable.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import shlex
 import subprocess
@@ -364,6 +366,12 @@ def reference() -> str:
     return _read(REFERENCE)
 
 
+@functools.cache
+def make_help_targets() -> frozenset[str]:
+    out = subprocess.run(["make", "help"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
+    return frozenset(line.split()[0] for line in out.stdout.splitlines() if line.strip())
+
+
 def test_the_readme_is_a_landing_page() -> None:
     lines = _read(README).splitlines()
     assert len(lines) <= README_MAX_LINES, (
@@ -376,10 +384,17 @@ def test_the_readme_is_a_landing_page() -> None:
 def test_every_make_target_in_the_docs_exists() -> None:
     named = {t: page for page in doc_pages() for t in readme_make_targets(_read(page))}
     assert named, "the docs name no `make` target; the README should show at least the two commands"
-    out = subprocess.run(["make", "help"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
-    listed = {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+    listed = make_help_targets()
     unknown = {t: str(page.relative_to(REPO)) for t, page in named.items() if t not in listed}
     assert not unknown, f"make targets the docs name but `make help` does not list (target: page): {unknown}"
+
+
+def test_every_make_target_is_in_the_reference(reference: str) -> None:
+    listed = set(re.findall(r"^\s*\|\s*`make ([a-z0-9-]+)`", reference, re.M))
+    missing = sorted(set(make_help_targets()) - listed)
+    assert not missing, (
+        f"`make help` targets missing from the table of {REFERENCE.relative_to(REPO)}: {missing}"
+    )
 
 
 def test_every_relative_link_resolves() -> None:
