@@ -368,8 +368,16 @@ def reference() -> str:
 
 @functools.cache
 def make_help_targets() -> frozenset[str]:
-    out = subprocess.run(["make", "help"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
-    return frozenset(line.split()[0] for line in out.stdout.splitlines() if line.strip())
+    """The targets `make help` prints ("  name   description"), not a sub-make's "make[1]: Entering ..."."""
+    out = subprocess.run(
+        ["make", "--no-print-directory", "help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return frozenset(re.findall(r"^  ([a-zA-Z0-9_-]+) ", out.stdout, re.M))
 
 
 def test_the_readme_is_a_landing_page() -> None:
