@@ -475,6 +475,15 @@ def check_bench(f: Facts) -> Check:
             "give each GPU more CPUs (cpuset on its NUMA node), train with cache=ram, or lighten "
             "augmentation; the GPU idles while it waits for data",
         )
+    if bottleneck == "host":
+        return Check(
+            "bench",
+            Status.WARN,
+            detail,
+            "train with a bigger batch (more images per GPU per step: the launches and the optimizer "
+            "cost the same per step) or a bigger model for the same GPU time; `rig bench --batch N` "
+            "shows the gain before a run",
+        )
     return Check("bench", Status.PASS, detail)
 
 

@@ -283,6 +283,7 @@ def bench_result(ours_img_s: float, step_img_s: float, bottleneck: str) -> Bench
     ("bench", "error", "status", "words"),
     [(bench_result(400.0, 900.0, "loader"), None, WARN, "the bottleneck is loader"),
      (bench_result(1500.0, 900.0, "compute"), None, PASS, "the bottleneck is compute"),
+     (bench_result(1500.0, 900.0, "host"), None, WARN, "the bottleneck is host"),
      (None, "RuntimeError: CUDA out of memory", FAIL, "rig bench failed")],
 )  # fmt: skip
 def test_bench_names_the_bottleneck(
@@ -290,6 +291,8 @@ def test_bench_names_the_bottleneck(
 ) -> None:
     check = doctor.check_bench(healthy(bench=bench, bench_error=error, bench_requested=True))
     assert check.status is status and words in check.detail
+    if bench is not None and bench.bottleneck == "host":
+        assert "bigger batch" in (check.fix or "")
 
 
 def test_text_report_prints_fixes_only_for_problems_and_json_lists_every_check() -> None:
