@@ -17,7 +17,7 @@ import pytest
 from rig.errors import RigError
 from rig.workstation import services, sessions
 from rig.workstation.servicelog import Lines, classify, pump
-from rig.workstation.supervisor import Policy, State, Status, Supervisor, after_exit, listening
+from rig.workstation.supervisor import Policy, State, Status, Supervisor, after_exit
 
 from tests.helpers.waiting import wait_until
 
@@ -64,21 +64,6 @@ def test_classify_service_lines(line: str, level: int, text: str) -> None:
     got_level, got_text = classify(line)
     assert got_level == level
     assert got_text.startswith(text)
-
-
-def test_listening_reads_proc_net_tcp(tmp_path: Path) -> None:
-    (tmp_path / "net").mkdir()
-    header = "  sl  local_address rem_address   st tx_queue rx_queue\n"
-    (tmp_path / "net/tcp").write_text(
-        header
-        + "   0: 00000000:08AE 00000000:0000 0A 00000000:00000000\n"  # 2222 LISTEN
-        + "   1: 0100007F:22B8 0100007F:A1B2 01 00000000:00000000\n"  # 8888 ESTABLISHED only
-    )
-    (tmp_path / "net/tcp6").write_text(header + "   0: 00000000000000000000000000000000:1776 0:0 0A 0:0\n")
-    assert listening(2222, tmp_path)
-    assert not listening(8888, tmp_path)
-    assert listening(6006, tmp_path)
-    assert not listening(2222, tmp_path / "missing")
 
 
 # ---- supervisor: real child processes, signals injected into its queue ---------------------------
