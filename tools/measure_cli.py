@@ -2,7 +2,7 @@
 """Start-up time of `rig`'s light commands against a bare Python, in the image. Runs inside the
 container (stdlib only); the commands alternate within each round, so a busy host slows them alike.
 
-    make bench-cli [RUNS=20]
+    make bench-cli
     docker run --rm -i --entrypoint /opt/venv/bin/python yolo-rig:cu121 - --runs 20 < tools/measure_cli.py
 
 Prints the median and the spread of each command and its ratio to `python -c pass`.
