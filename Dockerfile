@@ -126,12 +126,15 @@ RUN --mount=type=secret,id=ca \
 # never re-copies the multi-GB dependency layer.
 # uv_cache.json is uv's note of when it installed the package (for its own reinstall checks, no use
 # in an image without uv): the one file that differed between two builds of a commit, with its
-# RECORD line.
+# RECORD line. uv keys its cached build of a local project by pyproject.toml's mtime alone, so a
+# code edit would install the previous build's wheel: its cache entries go first (`--refresh`
+# would do it, but not `--offline`).
 FROM builder AS project
 COPY pyproject.toml uv.lock README.md /src/
 COPY entrypoint /src/entrypoint
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv pip install --python /opt/venv/bin/python --prefix /opt/rig-project --quiet --no-deps --offline /src \
+    uv cache clean --quiet yolo-rig \
+    && uv pip install --python /opt/venv/bin/python --prefix /opt/rig-project --quiet --no-deps --offline /src \
     && rm -f /opt/rig-project/.lock \
     && dist=$(echo /opt/rig-project/lib/python3.11/site-packages/yolo_rig-*.dist-info) \
     && rm "${dist}/uv_cache.json" \

@@ -213,6 +213,12 @@ BENCH_JSON ?= bench.json
 bench: host-dirs | image ## [BENCH_ARGS="--quick --no-amp --compile --imgsz 640 --batch 16 --workers 8 --data Y"]: loader vs step
 	$(COMPOSE) run --rm --no-deps -T workstation rig bench --json - $(BENCH_ARGS) > $(BENCH_JSON)
 
+# `make bench-cli`: `rig --version`, `--help` and the healthcheck's start-up against a bare Python,
+# inside the image (tools/measure_cli.py on its stdin, stdlib only).
+.PHONY: bench-cli
+bench-cli: | image ## start-up of `rig --version`/`--help`/`health` against `python -c pass`, in the image (20 runs each)
+	docker run --rm -i --entrypoint /opt/venv/bin/python $(IMAGE):$(TAG) - --runs 20 < tools/measure_cli.py
+
 # The local Slurm cluster (docker/cluster/): a controller and two compute nodes from a test layer on
 # the image, compose project yolo-rig-cluster; the tests marked `cluster` run against it.
 CLUSTER_IMAGE ?= $(IMAGE):$(TAG)-slurm

@@ -1,16 +1,19 @@
 """The image's stack, read from installed package metadata (no heavy imports), and the table of
-the stacks yolo-rig builds (`make build STACK=...`), for `rig doctor` to name the one a GPU needs."""
+the stacks yolo-rig builds (`make build STACK=...`), for `rig doctor` to name the one a GPU needs.
+
+`rig --version` prints it, so this module stays light: a NamedTuple (no dataclasses), and the
+versions read from the .dist-info folders' names, which the packaging spec fixes as
+`{name}-{version}.dist-info` (importlib.metadata alone costs more than a bare Python's start)."""
 
 import os
-import platform
-from dataclasses import dataclass
-from importlib import metadata
+import re
+import sys
+from typing import NamedTuple
 
 from rig import __version__
 
 
-@dataclass(frozen=True)
-class Stack:
+class Stack(NamedTuple):
     name: str  # pyproject.toml's extra and the image tag: yolo-rig:<name>
     cuda: str
     min_driver: str  # the CUDA toolkit's minimum Linux driver (NVIDIA's CUDA release notes, table 3)
@@ -36,7 +39,33 @@ def image_stack() -> str:
     return os.environ.get("RIG_STACK", "unknown")
 
 
-def _version(dist: str) -> str:
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def dist_info_versions(path: list[str]) -> dict[str, str]:
+    """Each installed distribution's version, by normalized name, from the .dist-info folders on
+    `path`; the first one found wins, as for imports."""
+    found: dict[str, str] = {}
+    for folder in path:
+        try:
+            entries = os.listdir(folder or ".")
+        except OSError:
+            continue
+        for entry in entries:
+            name, dash, version = entry.removesuffix(".dist-info").partition("-")
+            if entry.endswith(".dist-info") and dash and version:
+                found.setdefault(_normalized(name), version)
+    return found
+
+
+def installed_version(dist: str, installed: dict[str, str]) -> str:
+    """`dist`'s version: from `installed` (dist_info_versions), else importlib.metadata's."""
+    if (version := installed.get(_normalized(dist))) is not None:
+        return version
+    # Not installed as a wheel (an .egg-info, a zip): importlib.metadata knows every other way.
+    from importlib import metadata
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -44,12 +73,17 @@ def _version(dist: str) -> str:
 
 
 def stack() -> dict[str, str]:
+    installed = dist_info_versions(sys.path)
+
+    def _version(dist: str) -> str:
+        return installed_version(dist, installed)
+
     cuda_runtime = _version("nvidia-cuda-runtime-cu12")
     return {
         "yolo-rig": __version__,
         "stack": image_stack(),
         "revision": os.environ.get("RIG_GIT_REVISION", "unknown"),
-        "python": platform.python_version(),
+        "python": sys.version.split()[0],
         "torch": _version("torch"),
         "torchvision": _version("torchvision"),
         "cuda": ".".join(cuda_runtime.split(".")[:2]) if cuda_runtime[0].isdigit() else cuda_runtime,

@@ -12,13 +12,13 @@ import json
 import os
 import re
 import subprocess
-import textwrap
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import SCRIPTS
 from tests.helpers.containers import Containers
 from tests.helpers.waiting import wait_until
 
@@ -27,19 +27,7 @@ pytestmark = pytest.mark.image
 DEMO = "rig demo-data /tmp/demo --train 16 --val 8 --imgsz 64 >/dev/null"
 ARGS = "device=cpu data=/tmp/demo/data.yaml model=yolo11n.yaml imgsz=64 batch=4 plots=False"
 # The epoch, the stop mark and early stopping's state of each checkpoint.
-CHECKPOINTS = textwrap.dedent(
-    """
-    import json, pathlib, sys
-    import torch
-
-    found = {}
-    for path in pathlib.Path(sys.argv[1]).glob("*.pt"):
-        ckpt = torch.load(path, weights_only=False)
-        found[path.name] = [ckpt["epoch"], "rig/stopped_mid_epoch" in (ckpt["train_metrics"] or {}),
-                            (ckpt.get("stopper") or {}).get("best_epoch")]
-    print(json.dumps(found))
-    """
-)
+CHECKPOINTS = (SCRIPTS / "checkpoint_epochs.py").read_text()
 
 
 def _epochs(containers: Containers, c: Any, run: str) -> list[int]:

@@ -9,28 +9,12 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, SCRIPTS
 
 pytestmark = pytest.mark.image
 
 # Inside the image: the comparison flags an error of 1 % of a channel's scale and passes round-off.
-COMPARE_CHECK = """
-import numpy as np
-from rig.yolo.export import compare
-ref = np.zeros((1, 6, 84), dtype=np.float32)
-ref[:, :4] = 640.0 * np.random.default_rng(0).random((1, 4, 84))
-ref[:, 4:] = np.random.default_rng(1).random((1, 2, 84))
-ok = compare([(ref, ref + 1e-4)], images=1)
-assert ok.within(1e-3), ok
-boxes_off = ref.copy(); boxes_off[0, 0, 0] += 6.4  # 1 % of 640 px
-assert not compare([(ref, boxes_off)], images=1).within(1e-3)
-scores_off = ref.copy(); scores_off[0, 5, 3] += 0.01  # a score off by 0.01
-bad = compare([(ref, scores_off)], images=1)
-assert not bad.within(1e-3) and abs(bad.max_abs - 0.01) < 1e-6, bad
-nan = ref.copy(); nan[0, 0, 0] = np.nan
-assert not compare([(ref, nan)], images=1).within(1e-3)
-print("COMPARE OK")
-"""
+COMPARE_CHECK = (SCRIPTS / "export_compare.py").read_text()
 
 
 def test_export_check_on_a_one_epoch_model(containers: Any, image: str, tmp_path: Path) -> None:
@@ -49,7 +33,7 @@ def test_export_check_on_a_one_epoch_model(containers: Any, image: str, tmp_path
     def sh(cmd: str, timeout: int) -> tuple[int, str]:
         return containers.exec(box, cmd, timeout=timeout, user="yolo")
 
-    rc, out = sh("python -c '" + COMPARE_CHECK.replace("'", '"') + "'", 60)
+    rc, out = containers.exec(box, ["python", "-c", COMPARE_CHECK], timeout=60, user="yolo")
     assert rc == 0 and "COMPARE OK" in out, out
 
     rc, out = sh("head -c 4096 /dev/urandom > /tmp/broken.pt && rig export /tmp/broken.pt", 60)

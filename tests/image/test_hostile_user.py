@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.helpers import SCRIPTS
 from tests.helpers.fakesys import FakeSys, bus
 from tests.helpers.waiting import wait_until
 from tests.helpers.workstation import KERNEL_CELL, RESULT_LINE, TERMINAL, Workstation, start, up
@@ -187,20 +188,7 @@ def test_the_token_is_new_at_every_start_and_no_session_can_read_or_replace_it(w
 
 # ---- 4: the stop survives any process name, and scripts get TERM and their grace ------------------
 # A job that saves on TERM (after a second of work), named by argv[1] as raw bytes (prctl), or not.
-SAVER = r"""
-import ctypes, signal, sys, time
-name = bytes.fromhex(sys.argv[1])
-if name:
-    ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
-def save(*_):
-    time.sleep(1)
-    open(sys.argv[2], "w").write("saved")
-    sys.exit(0)
-signal.signal(signal.SIGTERM, save)
-open(sys.argv[2] + ".ready", "w").close()
-while True:
-    time.sleep(1)
-"""
+SAVER = (SCRIPTS / "term_saver.py").read_text()
 SCRIPT = "trap 'sleep 1; echo saved > {out}; exit 0' TERM; touch {out}.ready; sleep 1000 & wait"
 
 
@@ -269,23 +257,7 @@ def test_a_full_disk_costs_one_warning_not_the_workstation(image: str, tmp_path:
 
 
 # Forks until the kernel refuses (bounded: at most 1000), then ends every child.
-FORK_BOMB = """
-import os, signal, time
-children = []
-try:
-    for _ in range(1000):
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(120)
-            os._exit(0)
-        children.append(pid)
-    print("never stopped", len(children))
-except OSError as e:
-    print("stopped at", len(children), e.strerror)
-for pid in children:
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-"""
+FORK_BOMB = (SCRIPTS / "fork_bomb.py").read_text()
 
 
 # ---- 6, 8: a shared host's limits; what a kernel prints stays one escaped line ---------------------

@@ -196,6 +196,32 @@ def test_rig_version_reports_the_stack(containers: Containers, stack: str) -> No
     assert f"CUDA {locked['CUDA_VERSION']}" in out and f"cuDNN {locked['CUDNN_VERSION']}" in out
 
 
+HEAVY = ("torch", "ultralytics", "numpy", "cv2")
+
+
+@pytest.mark.parametrize(
+    ("argv", "runs"),
+    [(["--version"], None), (["--help"], None), (["health"], "rig.commands.health")],
+)
+def test_light_commands_load_no_other_command_nor_the_stack(
+    containers: Containers, argv: list[str], runs: str | None
+) -> None:
+    """`rig --version`, `--help` and `health` (the compose healthcheck, every 10 s) load only what
+    they run: no other command module, nothing of torch, Ultralytics or numpy (the start-up figures
+    are in BENCHMARKS.md, `make bench-cli`)."""
+    _, out = containers.oneshot(
+        ["python", "-I", "/tests/rig_imports.py", *argv],
+        timeout=120,
+        volumes={str(SCRIPTS): {"bind": "/tests", "mode": "ro"}},
+    )
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["code"] == (1 if runs else 0), out  # health: no `rig serve` here, so unhealthy
+    modules = set(result["modules"])
+    assert {m for m in modules if m.startswith("rig.commands.")} == ({runs} if runs else set())
+    assert not {m for m in modules if m.split(".")[0] in HEAVY}
+    assert "rig.workstation.supervisor" not in modules
+
+
 @pytest.mark.stack
 def test_torch_carries_the_stacks_gpu_code(containers: Containers, stack: str) -> None:
     """Read without a GPU (torch.cuda.get_arch_list() is empty then); `rig doctor`'s table must agree."""

@@ -10,46 +10,20 @@ import json
 import os
 import re
 import subprocess
-import textwrap
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, SCRIPTS
 from tests.helpers.containers import Containers
 from tests.helpers.fakesys import FakeSys, bus
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.image
 
-PROBE = textwrap.dedent(
-    """
-    import ctypes, json, os, socket
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    total = torch.tensor([float(dist.get_rank() + 1)])
-    dist.all_reduce(total)
-    # get_mempolicy(2): what the binder left this process (x86_64 syscall 239).
-    libc = ctypes.CDLL(None, use_errno=True)
-    mode, mask = ctypes.c_int(-1), (ctypes.c_ulong * 16)()
-    rc = libc.syscall(239, ctypes.byref(mode), mask, ctypes.c_ulong(16 * 64), None, ctypes.c_ulong(0))
-    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMP_NUM_THREADS", "RIG_CPUS", "RIG_MEM_NODE",
-            "RIG_GPU_BUS_ID", "CUDA_DEVICE_ORDER", "MKL_THREADING_LAYER")
-    # One write(2) per line: two ranks share the container's stdout.
-    os.write(1, ("PROBE " + json.dumps({
-        "host": socket.gethostname(),
-        "affinity": sorted(os.sched_getaffinity(0)),
-        "env": {k: os.environ.get(k) for k in keys},
-        "sum": total.item(),
-        "mempolicy": [mode.value, mask[0]] if rc == 0 else None,
-    }) + "\\n").encode())
-    dist.destroy_process_group()
-    """
-)
+PROBE = (SCRIPTS / "rank_probe.py").read_text()
 
 
 def _readable(path: Path) -> None:
@@ -120,28 +94,7 @@ def test_two_cpu_ranks_through_torchrun_and_the_binder_match_the_plan(
 
 
 # What listens while two gloo ranks run: every TCP socket in LISTEN state, from /proc/net/tcp{,6}.
-LISTENERS = textwrap.dedent(
-    """
-    import ipaddress, json, os
-    import torch, torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    dist.all_reduce(torch.ones(1))
-    found = []
-    for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
-        for row in open(table).read().splitlines()[1:]:
-            local, state = row.split()[1], row.split()[3]
-            if state == "0A":
-                addr, port = local.split(":")
-                raw = bytes.fromhex(addr)
-                # /proc writes each 32-bit word in host (little-endian) order.
-                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, size, 4))
-                found.append(f"{ipaddress.ip_address(raw)}:{int(port, 16)}")
-    dist.barrier()
-    os.write(1, ("LISTEN " + json.dumps(sorted(found)) + "\\n").encode())
-    dist.destroy_process_group()
-    """
-)
+LISTENERS = (SCRIPTS / "rank_listeners.py").read_text()
 
 
 def test_a_single_node_job_listens_on_the_loopback_only(
@@ -228,22 +181,7 @@ def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp
     assert "--rdzv-backend static" in logs
 
 
-RUN_DIRS = textwrap.dedent(
-    """
-    import json, tempfile
-    from pathlib import Path
-    from rig.launch.job import next_run_dir
-    from ultralytics.utils.files import increment_path
-
-    project = Path(tempfile.mkdtemp())
-    pairs = []
-    for _ in range(3):
-        ours, theirs = next_run_dir(project, "train", False), increment_path(project / "train")
-        pairs.append([ours.name, theirs.name])
-        ours.mkdir()
-    print("RUNDIRS " + json.dumps(pairs))
-    """
-)
+RUN_DIRS = (SCRIPTS / "run_dirs.py").read_text()
 
 
 def test_run_directories_are_named_as_the_pinned_ultralytics_names_them(containers: Containers) -> None:
@@ -287,18 +225,7 @@ def test_bad_input_in_the_image_is_one_line_and_dry_run_prints_the_command(
 
 
 # The epoch of each checkpoint, and whether a stop mid-epoch saved it.
-CHECKPOINTS = textwrap.dedent(
-    """
-    import json, pathlib, sys
-    import torch
-
-    found = {}
-    for path in pathlib.Path(sys.argv[1]).glob("*.pt"):
-        ckpt = torch.load(path, weights_only=False)
-        found[path.name] = [ckpt["epoch"], "rig/stopped_mid_epoch" in ckpt["train_metrics"]]
-    print(json.dumps(found))
-    """
-)
+CHECKPOINTS = (SCRIPTS / "checkpoint_epochs.py").read_text()
 
 
 @pytest.mark.slow  # three short CPU trainings: about 30 s on an idle 2-core box, minutes on a busy one
@@ -330,7 +257,8 @@ def test_cpu_training_survives_sigterm_and_resumes(containers: Containers, tmp_p
     def checkpoints() -> dict[str, list[Any]]:
         rc, out = containers.exec(c, ["python", "-c", CHECKPOINTS, f"{run}/weights"], 120)
         assert rc == 0, out
-        return dict(json.loads(out.strip().splitlines()[-1]))
+        # epoch and stop mark; early stopping's state is test_cpu_ranks_image's concern
+        return {name: found[:2] for name, found in json.loads(out.strip().splitlines()[-1]).items()}
 
     # Stopped in the first epoch: last.pt is "epoch -1", and nothing else is written.
     args = "device=cpu data=/tmp/demo/data.yaml model=yolo11n.yaml imgsz=160 batch=4 epochs=3"

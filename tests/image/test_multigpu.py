@@ -8,42 +8,23 @@ from __future__ import annotations
 
 import json
 import signal
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import SCRIPTS
 from tests.helpers.containers import Containers
 from tests.helpers.fakesys import FakeSys, bus
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.image
 
-GPU_PROBE = textwrap.dedent(
-    """
-    import json, os
-    keys = ("LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "RIG_CUDA_DEVICE", "RIG_GPU_BUS_ID")
-    os.write(1, ("PROBE " + json.dumps({k: os.environ.get(k) for k in keys}) + "\\n").encode())
-    """
-)
+GPU_PROBE = (SCRIPTS / "gpu_env_probe.py").read_text()
 
 # A rank that needs longer than torchrun's own 30 s to save after SIGTERM.
-SLOW_SAVER = textwrap.dedent(
-    """
-    import os, signal, sys, time
-    out = sys.argv[1]
-    def on_term(signum, frame):
-        time.sleep(33)  # writing a large checkpoint to a slow disk
-        open(f"{out}/saved-{os.environ['LOCAL_RANK']}", "w").write("ok")
-        sys.exit(0)
-    signal.signal(signal.SIGTERM, on_term)
-    os.write(1, f"READY {os.environ['LOCAL_RANK']}\\n".encode())
-    while True:
-        time.sleep(1)
-    """
-)
+SLOW_SAVER = (SCRIPTS / "slow_saver.py").read_text()
 
 
 def _tree(tmp_path: Path, gpus: int) -> tuple[Path, list[str]]:
@@ -121,24 +102,7 @@ def test_torchrun_gives_the_ranks_the_stop_grace(containers: Containers, tmp_pat
 
 
 def test_torchrun_shim_replaces_the_30_s_in_torch_itself(containers: Containers) -> None:
-    code = textwrap.dedent(
-        """
-        import signal
-        from torch.distributed.elastic.multiprocessing.api import PContext
-        from rig.launch import torchrun
-        seen = []
-        class Fake:
-            _stdout_tail = _stderr_tail = None
-            def _close(self, death_sig, timeout):
-                seen.append(timeout)
-        PContext.close(Fake(), signal.SIGTERM)  # as torch's agent calls it: no timeout given
-        torchrun.install(75)
-        torchrun.install(75)  # idempotent
-        PContext.close(Fake(), signal.SIGTERM)
-        PContext.close(Fake(), signal.SIGTERM, timeout=120)
-        print("SEEN", seen)
-        """
-    )
+    code = (SCRIPTS / "torchrun_stop_timeout.py").read_text()
     rc, out = containers.oneshot(["python", "-c", code], timeout=120)
     assert rc == 0, out
     assert "SEEN [30, 75, 120]" in out, out
@@ -170,24 +134,7 @@ def test_ctrl_c_and_hangup_keep_the_epoch(containers: Containers, sig: str) -> N
 
 # ---- 4: the process group: our timeout, no blocking wait ------------------------------------------------
 def test_the_trainer_sets_up_the_process_group_with_rig_nccl_timeout(containers: Containers) -> None:
-    code = textwrap.dedent(
-        """
-        import os, types
-        import torch.distributed as dist
-        from rig.launch import trainer
-        from ultralytics.models.yolo.detect import DetectionTrainer
-        calls = []
-        dist.init_process_group = lambda **kw: calls.append(kw)
-        cls = trainer.rig_trainer_class(DetectionTrainer)
-        t = cls.__new__(cls)
-        t.args = types.SimpleNamespace(device="0,2")
-        t.world_size = 4
-        cls._setup_ddp(t)
-        kw = calls[0]
-        print("DDP", kw["backend"], int(kw["timeout"].total_seconds()), kw["rank"], kw["world_size"],
-              os.environ.get("TORCH_NCCL_BLOCKING_WAIT"), os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING"))
-        """
-    )
+    code = (SCRIPTS / "trainer_process_group.py").read_text()
     env = {"RIG_NCCL_TIMEOUT": "120", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}
     env["TORCH_NCCL_BLOCKING_WAIT"] = "1"
     env.pop("TORCH_NCCL_ASYNC_ERROR_HANDLING", None)
@@ -200,16 +147,7 @@ def test_the_trainer_sets_up_the_process_group_with_rig_nccl_timeout(containers:
 
 # ---- 11: offline, the AMP check never waits on the network ------------------------------------------
 def test_offline_amp_check_is_skipped_without_its_weights(containers: Containers) -> None:
-    code = textwrap.dedent(
-        """
-        from rig import log
-        from rig.launch import trainer
-        log.setup()
-        def would_download(model):
-            raise AssertionError("the check tried to load yolo26n.pt")
-        print("AMP", trainer._offline_safe_amp_check(would_download)(None))
-        """
-    )
+    code = (SCRIPTS / "offline_amp_check.py").read_text()
     rc, out = containers.oneshot(["python", "-c", code], timeout=120)
     assert rc == 0, out
     assert "AMP True" in out and "AMP check skipped: offline and no /weights/yolo26n.pt" in out, out

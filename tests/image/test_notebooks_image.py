@@ -7,24 +7,14 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import NOTEBOOKS
+from tests.helpers import NOTEBOOKS, SCRIPTS
 
 pytestmark = pytest.mark.image
 
 NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))  # tests/unit/test_notebooks.py pins the list
 
 # Executes one seeded notebook with nbclient, as Jupyter would, from its folder in the workspace.
-RUNNER = """
-import sys, time, nbformat
-from nbclient import NotebookClient
-path = sys.argv[1]
-nb = nbformat.read(path, as_version=4)
-nbformat.validate(nb)
-start = time.monotonic()
-NotebookClient(nb, timeout=240, kernel_name="python3",
-               resources={"metadata": {"path": "/workspace/notebooks"}}).execute()
-print(f"EXECUTED {path} in {time.monotonic() - start:.0f} s")
-"""
+RUNNER = (SCRIPTS / "run_notebook.py").read_text()
 
 
 @pytest.mark.parametrize("name", NAMES)

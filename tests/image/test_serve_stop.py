@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import SCRIPTS
 from tests.helpers.waiting import wait_until
 from tests.helpers.workstation import KERNEL_CELL, TERMINAL, Workstation, start, up
 
@@ -21,43 +22,11 @@ pytestmark = pytest.mark.image
 
 # A job that saves on SIGTERM: 3 s of "cleanup" (a checkpoint being written), then a marker naming
 # the signal. SIGHUP or SIGKILL would end it without one.
-JOB = """\
-import pathlib, signal, sys, time
-name = sys.argv[1]
-out = pathlib.Path('/workspace/markers')
-def on_term(signum, frame):
-    time.sleep(3)
-    (out / name).write_text(signal.Signals(signum).name)
-    sys.exit(0)
-signal.signal(signal.SIGTERM, on_term)
-(out / (name + '.ready')).touch()
-while True:
-    time.sleep(1)
-"""
+JOB = (SCRIPTS / "term_marker_job.py").read_text()
 
 # A job with a PyTorch DataLoader worker: it keeps loading batches after SIGTERM, which only works
 # if the worker got no SIGTERM of its own (it would die, and the next batch raise RuntimeError).
-LOADER_JOB = """\
-import pathlib, signal, time
-from torch.utils.data import DataLoader, Dataset
-class Slow(Dataset):
-    def __len__(self):
-        return 10**9
-    def __getitem__(self, i):
-        time.sleep(0.01)
-        return i
-stop = []
-signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
-batches = iter(DataLoader(Slow(), batch_size=4, num_workers=1))
-next(batches)
-out = pathlib.Path('/workspace/markers')
-(out / 'loader.ready').touch()
-while not stop:
-    next(batches)
-for _ in range(20):
-    next(batches)
-(out / 'loader').write_text('SIGTERM')
-"""
+LOADER_JOB = (SCRIPTS / "loader_job.py").read_text()
 
 
 @pytest.fixture
@@ -223,27 +192,12 @@ def test_sshd_killed_until_fatal_comes_back_through_the_restart_policy(ws: Works
 
 
 # ---- a flood of output from a kernel ----------------------------------------------------------------
-FLOOD = """\
-import os, time
-block = b'x' * (1 << 20)
-started = time.monotonic()
-for _ in range(1536):
-    os.write(1, block)
-open('/workspace/flood.done', 'w').write(f'{time.monotonic() - started:.1f}')
-"""
+FLOOD = (SCRIPTS / "output_flood.py").read_text()
 
 
 # The kernel's own copy of the fd 1 it inherited from JupyterLab (ipykernel keeps it, and sends what
 # is written to fd 1 itself to the notebook): the pipe to the supervisor.
-FLOOD_DIRECT = """\
-import os, sys, time
-fd = sys.stdout._original_stdstream_copy
-block = b'z' * (1 << 20)
-started = time.monotonic()
-for _ in range(1536):
-    os.write(fd, block)
-open('/workspace/flood-direct.done', 'w').write(f'{time.monotonic() - started:.1f}')
-"""
+FLOOD_DIRECT = (SCRIPTS / "output_flood_fd.py").read_text()
 
 
 def test_a_kernel_writing_gigabytes_without_a_newline_leaves_the_supervisor_small(ws: Workstation) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import paths
-from rig.workstation.supervisor import listening
+from rig.workstation.listening import listening
 
 STATE_FILE = paths.SERVICES_STATE
 

@@ -27,6 +27,7 @@ from types import FrameType
 
 from rig import log, safefs
 from rig.workstation import servicelog, sessions
+from rig.workstation.listening import listening
 from rig.workstation.spec import ServiceSpec
 
 _logger = log.get("serve")
@@ -80,24 +81,6 @@ def after_exit(
         return Status(State.FATAL, now, failures)
     delay = min(policy.backoff_cap, policy.backoff_base * 2 ** (failures - 1))
     return Status(State.BACKOFF, now, failures, now + delay)
-
-
-def listening(port: int, proc_root: Path = Path("/proc")) -> bool:
-    """Whether a TCP socket listens on `port`, read from /proc/net/tcp{,6}.
-
-    Connecting would do too, but sshd logs every probe connection as an aborted login.
-    """
-    for table in ("net/tcp", "net/tcp6"):
-        try:
-            rows = (proc_root / table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            # local_address is HEXIP:HEXPORT; state 0A is LISTEN.
-            if len(fields) > 3 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
 
 
 def spawn(spec: ServiceSpec) -> subprocess.Popen[bytes]:
