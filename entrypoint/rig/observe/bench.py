@@ -31,7 +31,8 @@ from rig import log
 from rig.errors import RigError
 from rig.observe import cachebench, nvml
 from rig.observe.telemetry import StepTimer, StepTotals, nvml_run_gpus
-from rig.yolo import cached_dataset, datasets, device_augment, overlay, tuning
+from rig.yolo import datasets, device_augment, overlay, tuning
+from rig.yolo.nodecache import cached_dataset
 
 _logger = log.get("bench")
 

@@ -60,6 +60,12 @@ def image_formats() -> frozenset[str]:
     return frozenset(module.IMG_FORMATS)
 
 
+def is_image(path: Path) -> bool:
+    """Whether Ultralytics takes the file for an image (by its suffix, any case)."""
+    _, dot, suffix = path.name.rpartition(".")
+    return bool(dot) and suffix.lower() in image_formats()
+
+
 def packaged_yaml(name: str) -> Path | None:
     """A dataset yaml shipped inside Ultralytics (coco8.yaml ...), found without importing it."""
     try:
@@ -185,8 +191,7 @@ def images_in(entry: Path) -> list[Path]:
         found = [Path(s.replace("./", parent, 1) if s.startswith("./") else s) for s in lines]
     else:
         return []
-    formats = image_formats()
-    return sorted(p for p in found if p.name.rpartition(".")[-1].lower() in formats)
+    return sorted(p for p in found if is_image(p))
 
 
 def train_images(data: DataYaml) -> list[Path]:
