@@ -90,16 +90,17 @@ def errors(out: str) -> list[str]:
 def test_make_train_on_a_host_folder(make: Make, containers: Containers, tmp_path: Path) -> None:
     home = owned_folder(tmp_path / "home")
     data = home / "helmets"
-    # The dataset made where it is used: its data.yaml names the host path (path: /tmp/.../helmets).
+    # The dataset made in another container, where it sat at /datasets/helmets: `make train DATA=`
+    # then reads it from the host path it has here (its data.yaml names no folder, so it moves).
     rc, logs = containers.oneshot(
-        ["rig", "demo-data", str(data), "--train", "8", "--val", "4", "--imgsz", "64"],
+        ["rig", "demo-data", "/datasets/helmets", "--train", "8", "--val", "4", "--imgsz", "64"],
         environment={"RIG_UID": str(UID), "RIG_GID": str(GID)},
-        volumes={str(home): {"bind": str(home), "mode": "rw"}},
+        volumes={str(home): {"bind": "/datasets", "mode": "rw"}},
         network_mode="none",
         timeout=120,
     )
     assert rc == 0, logs
-    assert f"path: {data}" in (data / "data.yaml").read_text()
+    assert "path:" not in (data / "data.yaml").read_text()
     before = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
     runs = owned_folder(tmp_path / "runs")
 
@@ -114,6 +115,7 @@ def test_make_train_on_a_host_folder(make: Make, containers: Containers, tmp_pat
     )
     assert rc == 0, out[-4000:]
     assert f"INFO data: /mnt/data/data.yaml is host folder {data}'s data.yaml: path: /mnt/data" in out, out
+    assert "does not exist" not in out, out  # nothing to move: the yaml names no folder
     best = runs / "detect/train/weights/best.pt"
     assert best.is_file(), out[-3000:]
     owners = {(p.stat().st_uid, p.stat().st_gid) for p in [runs, *runs.rglob("*")]}

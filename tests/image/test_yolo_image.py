@@ -203,3 +203,42 @@ rig demo-data /tmp/mine --force; echo "MINE-RC $? $(ls /tmp/mine)"
     assert "SAME-OK" in logs and "already holds this demo dataset" in logs
     assert "DIFFERENT-RC 1" in logs and "pass --force to replace it" in logs
     assert "MINE-RC 1 keep" in logs and "not made by rig demo-data" in logs
+
+
+MOVED_SCRIPT = """
+set -eo pipefail
+rig demo-data /tmp/made --train 4 --val 2 --imgsz 64 >/dev/null
+echo "PATH-LINES $(grep -c '^path:' /tmp/made/data.yaml || true)"
+mv /tmp/made /tmp/moved
+CPU="device=cpu imgsz=64 batch=4 workers=0 plots=False exist_ok=True"
+rig train model=yolo11n.yaml data=/tmp/moved/data.yaml epochs=1 name=moved $CPU >/tmp/train.log 2>&1
+echo TRAIN-OK
+# A set written before demo-data stopped naming its folder: path: the container it was made in.
+{ echo 'path: /datasets/made-elsewhere'; cat /tmp/moved/data.yaml; } >/tmp/moved/old.yaml
+rig yolo val model=/workspace/runs/detect/moved/weights/best.pt data=/tmp/moved/old.yaml $CPU 2>&1 \
+  | grep -E '^(INFO|WARNING|ERROR) ' | sed 's/^/VAL /'
+mkdir /tmp/empty && cp /tmp/moved/old.yaml /tmp/empty/data.yaml
+rc=0; rig train model=yolo11n.yaml data=/tmp/empty/data.yaml epochs=1 $CPU >/tmp/wrong.log 2>&1 || rc=$?
+echo "WRONG-RC $rc"; sed 's/^/WRONG-LOG /' /tmp/wrong.log
+"""
+
+
+def test_a_dataset_moved_to_another_path_trains_and_validates(containers: Any) -> None:
+    rc, logs = containers.oneshot(
+        ["bash", "-c", MOVED_SCRIPT], timeout=420, network_mode="none", shm_size="512m"
+    )
+    assert rc == 0, logs[-4000:]
+    assert "PATH-LINES 0" in logs and "TRAIN-OK" in logs, logs[-4000:]  # demo-data names no folder
+    val = [line.removeprefix("VAL ") for line in logs.splitlines() if line.startswith("VAL ")]
+    assert [line for line in val if "does not exist" in line] == [
+        "INFO data: /tmp/moved/old.yaml: path: /datasets/made-elsewhere does not exist; the yaml's "
+        "own folder holds the dataset, so path: is /tmp/moved"
+    ], logs[-4000:]
+    assert not [line for line in val if not line.startswith("INFO ")], logs[-4000:]
+    assert "WRONG-RC 1" in logs, logs[-4000:]
+    wrong = [line.removeprefix("WRONG-LOG ") for line in logs.splitlines() if line.startswith("WRONG-LOG ")]
+    assert wrong == [  # the whole output of the failed `rig train`
+        "ERROR rig: /tmp/empty/data.yaml: its path: /datasets/made-elsewhere does not exist, and its own "
+        "folder /tmp/empty holds no images/train either: set path: to the dataset's folder, or remove "
+        "path: and keep data.yaml in the dataset's folder",
+    ], logs[-4000:]

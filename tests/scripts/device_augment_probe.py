@@ -28,7 +28,8 @@ os.environ.setdefault("YOLO_VERBOSE", "False")
 import numpy as np
 import torch
 from rig import log
-from rig.yolo import cached_dataset, device_augment, hsv_device
+from rig.yolo import device_augment, hsv_device
+from rig.yolo.nodecache import cached_dataset
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_dataloader, build_yolo_dataset
 from ultralytics.data.augment import Format, RandomHSV

@@ -21,7 +21,7 @@ os.environ.setdefault("YOLO_VERBOSE", "False")
 
 import torch
 from rig import log
-from rig.yolo import cached_dataset, imagecache
+from rig.yolo.nodecache import cached_dataset, imagecache
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_dataloader, build_yolo_dataset
 from ultralytics.data.utils import check_det_dataset

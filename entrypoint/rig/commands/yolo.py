@@ -1,7 +1,8 @@
 """`rig yolo ARGS`: the Ultralytics `yolo` CLI, after checking that model= and data= are on disk.
 
 Offline, Ultralytics answers a missing weight or dataset with a download traceback; rig answers
-with one line naming where to put it (rig.yolo.offline).
+with one line naming where to put it (rig.yolo.offline). A moved dataset's yaml is handed over as
+a copy with its root (rig.yolo.hostdata).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from typing import Any
 
 from rig import log
 from rig.errors import RigError
+from rig.yolo import hostdata
 from rig.yolo.offline import check_args
 
 _logger = log.get("yolo")
 
 
 def cmd_yolo(args: argparse.Namespace) -> int:
-    argv = list(args.args)
+    argv = hostdata.resolve_args(args.args)
     check_args(argv)
     _logger.info("Executing: yolo %s", " ".join(argv))
     try:

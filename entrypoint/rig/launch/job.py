@@ -25,7 +25,8 @@ from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
 from rig.observe.metrics import config as metrics_config
 from rig.spelling import AS_PARSED, Spelling
-from rig.yolo import prepare, tuning
+from rig.yolo import tuning
+from rig.yolo.nodecache import prepare
 
 _logger = log.get("launch")
 

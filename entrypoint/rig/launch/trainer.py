@@ -24,7 +24,8 @@ from typing import Any
 from rig import log
 from rig.launch import autoresume, checkpoints, cpuddp, ddp, syncbn
 from rig.observe import metrics, telemetry
-from rig.yolo import cached_dataset, device_augment
+from rig.yolo import device_augment
+from rig.yolo.nodecache import cached_dataset
 
 _logger = log.get("trainer")
 # Every way a run is stopped from outside: `docker stop`, Kubernetes and Slurm (TERM), Ctrl-C (INT,
@@ -181,7 +182,7 @@ def rig_trainer_class(base: type) -> type:
                 )
 
         def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:
-            # cache=ram: one decoded copy per node, mapped by every rank (rig.yolo.cached_dataset).
+            # cache=ram: one decoded copy per node, mapped by every rank (rig.yolo.nodecache.cached_dataset).
             # Training: colour and layout left to preprocess_batch, on the device (rig.yolo.device_augment).
             with cached_dataset.in_use(self.args), device_augment.in_use(mode):
                 return super().build_dataset(img_path, mode, batch)

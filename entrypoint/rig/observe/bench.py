@@ -31,7 +31,8 @@ from rig import log
 from rig.errors import RigError
 from rig.observe import cachebench, nvml
 from rig.observe.telemetry import StepTimer, StepTotals, nvml_run_gpus
-from rig.yolo import cached_dataset, datasets, device_augment, overlay, tuning
+from rig.yolo import datasets, device_augment, overlay, tuning
+from rig.yolo.nodecache import cached_dataset
 
 _logger = log.get("bench")
 
@@ -482,8 +483,10 @@ def train_result(totals: StepTotals, batch: int, gpu_util: list[float]) -> Train
 
 
 def _bench_data(opts: BenchOptions) -> Path:
-    if opts.data:
-        return Path(opts.data)
+    if opts.data:  # as `rig train` hands it to Ultralytics (a moved dataset: a copy with its root)
+        from rig.yolo import hostdata
+
+        return Path(hostdata.resolve_args([f"data={opts.data}"])[0].removeprefix("data="))
     from rig.yolo.demo_data import YAML_NAME, make_demo_dataset
 
     # In the datasets volume, so it is generated once; a temporary directory if that is read-only.

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
-from rig.yolo import imagecache
+from rig.yolo.nodecache import imagecache
 
 _logger = log.get("bench")
 PHASES = ("stock", "ours", "ours warm")
@@ -84,7 +84,8 @@ def _rank(job: _Job, rank: int, barrier: Any, results: Any) -> None:
     os.environ.update({"RIG_CACHE_DIR": job.cache_dir, "LOCAL_RANK": str(rank), "YOLO_VERBOSE": "False"})
     cfg_mod: Any = importlib.import_module("ultralytics.cfg")
     data_mod: Any = importlib.import_module("ultralytics.data")
-    from rig.yolo import cached_dataset, device_augment
+    from rig.yolo import device_augment
+    from rig.yolo.nodecache import cached_dataset
 
     cfg = cfg_mod.get_cfg(overrides={"imgsz": job.imgsz, "batch": job.batch, "cache": "ram"})
     barrier.wait(TIMEOUT_S)

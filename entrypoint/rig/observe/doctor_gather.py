@@ -26,7 +26,8 @@ from rig.observe.bench import BenchResult
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
 from rig.observe.nvml import describe_error, session
 from rig.workstation import userenv
-from rig.yolo import cached_dataset, datasets, imagecache, settings, tuning
+from rig.yolo import datasets, settings, tuning
+from rig.yolo.nodecache import cached_dataset, imagecache
 
 SAMPLE_FILES = 256
 SAMPLE_BYTES = 256 << 20

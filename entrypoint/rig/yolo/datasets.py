@@ -1,11 +1,16 @@
 """Data yamls, read the way Ultralytics reads them: which yaml, which dataset root, which images.
 
-`rig train`'s tuning, `rig bench`, `rig doctor` and the offline check all ask this module; none
-reads a data yaml itself. Ultralytics' own reader, `check_det_dataset`, downloads what is missing
+The one data.yaml reader: `rig train` (and `make train DATA=`), its tuning, `rig yolo`, `rig bench`,
+`rig doctor`, the node image cache's key, the offline check and `rig datasets get` all ask this
+module; none reads a data yaml itself. Ultralytics' own reader, `check_det_dataset`, downloads what is missing
 and runs the yaml's download script, so a check cannot call it; the rules here are its rules
 (Ultralytics 8.4: `check_det_dataset` in ultralytics/data/utils.py for the root and the splits,
 `BaseDataset.get_img_files` in ultralytics/data/base.py for the images), and the image suffixes
 are its own `IMG_FORMATS`.
+
+Datasets move between machines, so one rule is added to Ultralytics' for the root: an absolute
+`path:` that does not exist, where the yaml's own folder holds the train and val splits, is that
+folder (`moved_from` keeps the path as written; `portable` gives Ultralytics a copy that says so).
 """
 
 from __future__ import annotations
@@ -14,10 +19,14 @@ import functools
 import importlib
 import importlib.util
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+SPLITS = ("train", "val", "test", "minival")  # the keys Ultralytics resolves under the root
+MOVABLE_SPLITS = ("train", "val")  # what the yaml's folder must hold to stand in for a missing path:
 
 # Ultralytics 8.4's IMG_FORMATS, for hosts without Ultralytics (the unit tests); in the image the
 # real one is used, and an image test checks that this copy still equals it.
@@ -35,6 +44,7 @@ class DataYaml:
     file: Path
     root: Path  # the dataset root: `path:` resolved as Ultralytics does
     train: tuple[Path, ...]  # the train split's entries (folders, lists of files), resolved
+    moved_from: Path | None = None  # path: as written, when the yaml's folder stands in for it
 
     def missing_train(self) -> Path | None:
         return next((p for p in self.train if not p.exists()), None)
@@ -48,6 +58,12 @@ def image_formats() -> frozenset[str]:
     except ImportError:
         return IMG_FORMATS_FALLBACK
     return frozenset(module.IMG_FORMATS)
+
+
+def is_image(path: Path) -> bool:
+    """Whether Ultralytics takes the file for an image (by its suffix, any case)."""
+    _, dot, suffix = path.name.rpartition(".")
+    return bool(dot) and suffix.lower() in image_formats()
 
 
 def packaged_yaml(name: str) -> Path | None:
@@ -80,13 +96,38 @@ def locate(data: str, datasets_dir: Path) -> Path | None:
     return found
 
 
-def dataset_root(path_key: object, yaml_file: Path, datasets_dir: Path) -> Path:
+@dataclass(frozen=True)
+class Root:
+    path: Path
+    moved_from: Path | None = None  # an absolute path: that does not exist; path is the yaml's folder
+
+
+def ultralytics_root(path_key: object, yaml_file: Path, datasets_dir: Path) -> Path:
     """Ultralytics' rule for a data yaml's root: `path:` (else the yaml's folder), taken as it is
     when it exists (relative to the working directory) or is absolute, else under datasets_dir."""
     root = Path(str(path_key)) if path_key else yaml_file.parent
     if not root.exists() and not root.is_absolute():
         root = datasets_dir / root
     return root
+
+
+def _splits(spec: Mapping[str, object], root: Path, keys: tuple[str, ...]) -> list[Path]:
+    return [p for k in keys if spec.get(k) for p in split_paths(root, spec[k])]
+
+
+def dataset_root(spec: Mapping[str, object], yaml_file: Path, datasets_dir: Path) -> Root:
+    """The dataset root, the one rule every reader uses: Ultralytics' (`ultralytics_root`), except
+    that an absolute `path:` that does not exist, where the yaml's own folder holds the train and
+    val splits, is the yaml's folder (a dataset moved to another machine or path)."""
+    raw = spec.get("path")
+    root = ultralytics_root(raw, yaml_file, datasets_dir)
+    if not raw or not Path(str(raw)).is_absolute() or root.exists():
+        return Root(root)
+    there = _splits(spec, root, MOVABLE_SPLITS)
+    here = _splits(spec, yaml_file.parent, MOVABLE_SPLITS)
+    if there and not all(p.exists() for p in there) and here and all(p.exists() for p in here):
+        return Root(yaml_file.absolute().parent, moved_from=root)
+    return Root(root)
 
 
 def split_paths(root: Path, entry: object) -> tuple[Path, ...]:
@@ -100,16 +141,40 @@ def split_paths(root: Path, entry: object) -> tuple[Path, ...]:
     return (path,)
 
 
-def load(yaml_file: Path, datasets_dir: Path) -> DataYaml:
-    """Read a data yaml's root and train split; DatasetError when it cannot be used."""
+def read_spec(yaml_file: Path) -> dict[str, object]:
+    """The yaml's mapping; DatasetError when it is unreadable or not a mapping."""
     try:
         spec = yaml.safe_load(yaml_file.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise DatasetError(f"{yaml_file} is unreadable: {e}".replace("\n", " ")) from None
-    if not isinstance(spec, dict) or not spec.get("train"):
+    if not isinstance(spec, dict):
+        raise DatasetError(f"{yaml_file} is not a dataset yaml (no mapping of train:, val:, names:)")
+    return spec
+
+
+def load(yaml_file: Path, datasets_dir: Path) -> DataYaml:
+    """Read a data yaml's root and train split; DatasetError when it cannot be used (see `resolve`)."""
+    return resolve(read_spec(yaml_file), yaml_file, datasets_dir)
+
+
+def resolve(spec: Mapping[str, object], yaml_file: Path, datasets_dir: Path) -> DataYaml:
+    """The root and train split of a yaml's mapping read from yaml_file; DatasetError when it cannot
+    be used, including an absolute `path:` that does not exist where the yaml's folder does not hold
+    the splits either."""
+    if not spec.get("train"):
         raise DatasetError(f"{yaml_file} has no 'train:' entry")
-    root = dataset_root(spec.get("path"), yaml_file, datasets_dir)
-    return DataYaml(yaml_file, root, split_paths(root, spec["train"]))
+    root = dataset_root(spec, yaml_file, datasets_dir)
+    data = DataYaml(yaml_file, root.path, split_paths(root.path, spec["train"]), root.moved_from)
+    raw = spec.get("path")
+    missing = data.missing_train()
+    if raw and Path(str(raw)).is_absolute() and not root.path.exists() and missing is not None:
+        train = spec["train"] if isinstance(spec["train"], str) else missing.name
+        raise DatasetError(
+            f"{yaml_file}: its path: {root.path} does not exist, and its own folder {yaml_file.parent} "
+            f"holds no {train} either: set path: to the dataset's folder, or remove path: and keep "
+            "data.yaml in the dataset's folder"
+        )
+    return data
 
 
 def images_in(entry: Path) -> list[Path]:
@@ -126,8 +191,7 @@ def images_in(entry: Path) -> list[Path]:
         found = [Path(s.replace("./", parent, 1) if s.startswith("./") else s) for s in lines]
     else:
         return []
-    formats = image_formats()
-    return sorted(p for p in found if p.name.rpartition(".")[-1].lower() in formats)
+    return sorted(p for p in found if is_image(p))
 
 
 def train_images(data: DataYaml) -> list[Path]:

@@ -1,7 +1,8 @@
 """`rig demo-data DIR`: a generated YOLO detection dataset, so training works out of the box offline.
 
 Simple shapes (one class each) in random colours on noisy, shaded backgrounds, with exact boxes,
-train/val splits and a data yaml. The same seed and sizes give byte-identical files.
+train/val splits and a data yaml without `path:` (its folder is the root, wherever it is moved).
+The same seed and sizes give byte-identical files.
 """
 
 from __future__ import annotations
@@ -135,8 +136,9 @@ def make_demo_dataset(
                 (tmp / "labels" / split / f"{name}.txt").write_text(
                     "".join(f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}\n" for c, x, y, w, h in labels)
                 )
+        # No path: the root is the yaml's own folder (Ultralytics' rule when path: is absent), so
+        # the set trains wherever it is copied or mounted (rig.yolo.datasets).
         spec = {
-            "path": str(root),
             "train": "images/train",
             "val": "images/val",
             "names": dict(enumerate(CLASSES)),

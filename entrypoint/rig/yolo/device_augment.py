@@ -128,7 +128,7 @@ def __getattr__(name: str) -> Any:
     if name.startswith(PREFIX):
         inner = name.removeprefix(PREFIX)
         if inner.startswith("NodeCached"):
-            base = getattr(importlib.import_module("rig.yolo.cached_dataset"), inner)
+            base = getattr(importlib.import_module("rig.yolo.nodecache.cached_dataset"), inner)
         else:
             base = getattr(importlib.import_module("ultralytics.data.dataset"), inner, None)
         if base is not None:

@@ -18,12 +18,12 @@ from typing import Any
 
 from rig import log, paths
 from rig.errors import RigError
+from rig.yolo import datasets
 
 _logger = log.get("export")
 
 DEFAULT_RTOL = 1e-3
 DEMO_IMAGES = paths.DEMO_DATASET / "images/val"
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
 FORMATS = ("onnx",)
 
 
@@ -84,7 +84,7 @@ def find_images(given: Sequence[Path], limit: int, fallback: Sequence[Path] = (D
         found: list[Path] = []
         for p in paths:
             if p.is_dir():
-                found += sorted(f for f in p.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES)
+                found += sorted(f for f in p.rglob("*") if f.is_file() and datasets.is_image(f))
             elif p.is_file():
                 found.append(p)
         return found[:limit]
@@ -95,7 +95,8 @@ def find_images(given: Sequence[Path], limit: int, fallback: Sequence[Path] = (D
             raise RigError(f"--images: no such file or folder: {', '.join(missing)}")
         found = collect(given)
         if not found:
-            raise RigError(f"--images: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {given[0]}")
+            suffixes = ", ".join(f".{s}" for s in sorted(datasets.image_formats()))
+            raise RigError(f"--images: no images ({suffixes}) in {given[0]}")
         return found
     for folder in fallback:
         found = collect([folder])

@@ -1,10 +1,12 @@
-"""A data.yaml from the host: `make train DATA=/data/helmets/data.yaml`.
+"""data= as Ultralytics must read it: a host data.yaml (`make train DATA=...`) or a moved dataset.
 
 make mounts the yaml's folder read-only at /mnt/data and names that folder's host path in
 RIG_DATA_HOST_DIR. On the host, the yaml's paths mean: no `path:` or a relative one, next to the
 yaml; an absolute one, a host path. Ultralytics in the container would read a relative `path:`
 under datasets_dir and an absolute host path that does not exist there, so `rig train` trains on
-a copy of the yaml whose paths point into /mnt/data. A yaml of the container's own is left as it is.
+a copy of the yaml whose paths point into /mnt/data. The root is then found by the one rule
+(rig.yolo.datasets.dataset_root), which also takes a yaml's own folder for an absolute `path:`
+that does not exist there: a yaml of the container's own is left as it is unless that happened.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import yaml
 
 from rig import log
 from rig.errors import RigError
+from rig.yolo import datasets, offline
 
 _logger = log.get("data")
 
 MOUNT = PurePosixPath("/mnt/data")
 HOST_DIR_VAR = "RIG_DATA_HOST_DIR"
-SPLITS = ("train", "val", "test", "minival")
+SPLITS = datasets.SPLITS
 
 
 def _inside(path: PurePosixPath, root: PurePosixPath) -> PurePosixPath | None:
@@ -66,26 +69,68 @@ def resolve_spec(
     return out
 
 
+def _read(source: Path, host: str = "") -> dict[str, Any]:
+    try:
+        return datasets.read_spec(source)
+    except datasets.DatasetError as e:
+        raise RigError(f"{e} (host folder {host})" if host else str(e)) from None
+
+
+def _moved(spec: dict[str, Any], source: Path, datasets_dir: Path) -> dict[str, Any] | None:
+    """spec with path: the root the one rule finds, when that is not Ultralytics' (a moved dataset,
+    logged once); None when Ultralytics reads spec as rig does."""
+    try:
+        data = datasets.resolve(spec, source, datasets_dir)
+    except datasets.DatasetError as e:
+        raise RigError(str(e)) from None
+    if data.moved_from is None:
+        return None
+    _logger.info(
+        "%s: path: %s does not exist; the yaml's own folder holds the dataset, so path: is %s",
+        source,
+        data.moved_from,
+        data.root,
+    )
+    return {**spec, "path": str(data.root)}
+
+
+def resolve_data(value: str, host: str, mount: Path, datasets_dir: Path) -> str | None:
+    """The path of a resolved copy of the yaml data= names, or None where Ultralytics reads it as
+    it is (or it is not there, or a folder: the offline check and Ultralytics say so)."""
+    if host and _inside(PurePosixPath(value), PurePosixPath(mount)) is not None:
+        source = Path(value)
+        spec = resolve_spec(_read(source, host), PurePosixPath(host), PurePosixPath(mount))
+        spec = _moved(spec, source, datasets_dir) or spec
+        _logger.info("%s is host folder %s's data.yaml: path: %s", value, host, spec["path"])
+    else:
+        found = datasets.locate(value, datasets_dir)
+        if found is None or not found.is_file():
+            return None
+        source = found
+        moved = _moved(_read(source), source, datasets_dir)
+        if moved is None:
+            return None
+        spec = moved
+    copy = Path(tempfile.mkdtemp(prefix="rig-data-")) / source.name
+    copy.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return str(copy)
+
+
 def resolve_args(
-    args: Sequence[str], environ: Mapping[str, str] = os.environ, mount: Path = Path(MOUNT)
+    args: Sequence[str],
+    environ: Mapping[str, str] = os.environ,
+    mount: Path = Path(MOUNT),
+    datasets_dir: Path | None = None,
 ) -> list[str]:
-    """Ultralytics key=value arguments with data= replaced by a resolved copy when it is a host yaml."""
+    """Ultralytics key=value arguments with data= replaced by a resolved copy when it is a host yaml
+    or a moved dataset (see the module's docstring)."""
     host = environ.get(HOST_DIR_VAR, "")
+    if datasets_dir is None:
+        datasets_dir = offline.settings_dirs(environ)["datasets_dir"]
     out = list(args)
     for i, arg in enumerate(out):
         key, _, value = arg.partition("=")
-        if key != "data" or not host or _inside(PurePosixPath(value), PurePosixPath(mount)) is None:
-            continue
-        source = Path(value)
-        try:
-            spec = yaml.safe_load(source.read_text())
-        except (OSError, yaml.YAMLError) as e:
-            raise RigError(f"{source} (host {host}) is unreadable: {e}".replace("\n", " ")) from None
-        if not isinstance(spec, dict):
-            raise RigError(f"{source} (host {host}) is not a dataset yaml")
-        resolved = resolve_spec(spec, PurePosixPath(host), PurePosixPath(mount))
-        copy = Path(tempfile.mkdtemp(prefix="rig-data-")) / source.name
-        copy.write_text(yaml.safe_dump(resolved, sort_keys=False))
-        _logger.info("%s is host folder %s's data.yaml: path: %s", value, host, resolved["path"])
-        out[i] = f"data={copy}"
+        copy = resolve_data(value, host, mount, datasets_dir) if key == "data" and value else None
+        if copy is not None:
+            out[i] = f"data={copy}"
     return out

@@ -15,12 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rig import log
 from rig.errors import RigError
-from rig.yolo import assets
-from rig.yolo.datasets import packaged_yaml
+from rig.yolo import assets, datasets
 
 _logger = log.get("datasets")
 
@@ -35,7 +32,8 @@ class Named:
 
 
 def describe(yaml_path: Path, spec: Any, datasets_dir: Path) -> Named:
-    """Where the dataset goes (Ultralytics' rule: a relative path: is under datasets_dir) and its zip."""
+    """Where the dataset goes (the one rule, rig.yolo.datasets.dataset_root: a relative path: that
+    is not there from the working directory is under datasets_dir) and its zip."""
     if not isinstance(spec, dict) or not spec.get("path"):
         raise RigError(f"{yaml_path.name} has no 'path:' entry: not a dataset rig can fetch")
     download = str(spec.get("download") or "")
@@ -45,20 +43,19 @@ def describe(yaml_path: Path, spec: Any, datasets_dir: Path) -> Named:
             f"{yaml_path.name}: its download: is {'a script' if first else 'empty'}, not a zip URL; "
             "rig fetches zip datasets (coco8.yaml, coco128.yaml, coco8-seg.yaml ...)"
         )
-    root = Path(str(spec["path"]))
-    return Named(yaml_path, root if root.is_absolute() else datasets_dir / root, first)
+    return Named(yaml_path, datasets.dataset_root(spec, yaml_path, datasets_dir).path, first)
 
 
 def find(name: str, datasets_dir: Path) -> Named:
     """The dataset yaml by Ultralytics' name (coco8.yaml) or a path to one."""
     given = Path(name)
-    path = given if given.is_file() else packaged_yaml(name) if len(given.parts) == 1 else None
+    path = given if given.is_file() else datasets.packaged_yaml(name) if len(given.parts) == 1 else None
     if path is None:
         raise RigError(f"no dataset named {name}: give one of Ultralytics' (coco8.yaml, coco128.yaml ...)")
     try:
-        spec = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise RigError(f"{path} is unreadable: {e}".replace("\n", " ")) from None
+        spec = datasets.read_spec(path)
+    except datasets.DatasetError as e:
+        raise RigError(str(e)) from None
     return describe(path, spec, datasets_dir)
 
 

@@ -8,7 +8,7 @@ container really has, and the dataset's size:
   host's CPUs and oversubscribes a pinned rank), capped by what /dev/shm can hold: every worker
   keeps batches in flight there, and a full /dev/shm kills the loader with a bus error.
 - `cache`: `ram` when the decoded images fit in the RAM left after the loaders' /dev/shm. With
-  the node image cache (rig.yolo.imagecache: RIG_CACHE_DIR writable, with room) that is one copy
+  the node image cache (rig.yolo.nodecache.imagecache: RIG_CACHE_DIR writable, with room) that is one copy
   per node, however many ranks: the ranks map one file, held in the page cache. Without it, every
   rank keeps its own copy with Ultralytics' 2x margin. Otherwise `False`, with the numbers.
   A classification dataset (a folder) is cached at full resolution by Ultralytics, never resized
@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from rig import paths
-from rig.yolo import datasets, imagecache
+from rig.yolo import datasets
+from rig.yolo.nodecache import imagecache
 
 GIB = 1 << 30
 DEFAULT_IMGSZ = 640

@@ -83,3 +83,58 @@ def test_a_relative_path_is_not_looked_for_beside_the_yaml_by_any_reader(
         "offline": None,
         "doctor": 5,
     }
+
+
+# A dataset moved to another machine or path: its absolute path: is gone, its yaml's folder holds it.
+
+
+def test_a_missing_absolute_path_is_the_yaml_folder_when_that_holds_the_splits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    yaml_file = make_dataset(tmp_path / "here", 3, path="/made/elsewhere/helmets")
+    data = datasets.load(yaml_file, tmp_path / "datasets")
+    assert (data.root, data.moved_from) == (tmp_path / "here", Path("/made/elsewhere/helmets"))
+    monkeypatch.chdir(tmp_path)
+    assert _found_by_every_reader(str(yaml_file), tmp_path / "datasets") == {
+        "tuning": "3",
+        "offline": None,
+        "doctor": 3,
+    }
+
+
+def test_an_absolute_path_that_exists_is_kept_even_when_the_yaml_folder_holds_splits(tmp_path: Path) -> None:
+    make_dataset(tmp_path / "real", 2)
+    yaml_file = make_dataset(tmp_path / "copy", 5, path=str(tmp_path / "real"))
+    data = datasets.load(yaml_file, tmp_path)
+    assert (data.root, data.moved_from, len(datasets.train_images(data))) == (tmp_path / "real", None, 2)
+
+
+def test_a_relative_path_is_never_moved(tmp_path: Path) -> None:
+    yaml_file = make_dataset(tmp_path / "here", 3, path="gone")
+    data = datasets.load(yaml_file, tmp_path / "datasets")
+    assert (data.root, data.moved_from) == (tmp_path / "datasets/gone", None)
+
+
+def test_a_path_wrong_in_both_places_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "here").mkdir()
+    yaml_file = tmp_path / "here/data.yaml"
+    yaml_file.write_text("path: /made/elsewhere/helmets\ntrain: images/train\nval: images/val\n")
+    with pytest.raises(datasets.DatasetError) as e:
+        datasets.load(yaml_file, tmp_path)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message == (
+        f"{yaml_file}: its path: /made/elsewhere/helmets does not exist, and its own folder "
+        f"{tmp_path / 'here'} holds no images/train either: set path: to the dataset's folder, or "
+        "remove path: and keep data.yaml in the dataset's folder"
+    )
+    assert offline.missing_data(str(yaml_file), tmp_path) == f"dataset yaml {message}"
+
+
+def test_absolute_split_entries_keep_a_missing_path_as_ultralytics_reads_it(tmp_path: Path) -> None:
+    make_dataset(tmp_path / "real", 2)
+    (tmp_path / "yaml").mkdir()
+    yaml_file = tmp_path / "yaml/data.yaml"
+    yaml_file.write_text(f"path: /gone\ntrain: {tmp_path}/real/images/train\n")
+    data = datasets.load(yaml_file, tmp_path)
+    assert (data.root, data.moved_from, len(datasets.train_images(data))) == (Path("/gone"), None, 2)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
 from rig.errors import RigError
-from rig.yolo.hostdata import resolve_args, resolve_spec
+from rig.yolo.hostdata import HOST_DIR_VAR, resolve_args, resolve_spec
 
 from tests.helpers.datasets import make_dataset
 
@@ -63,3 +64,35 @@ def test_resolve_args_leaves_container_yamls(
 ) -> None:
     args = [a.format(mount=tmp_path) for a in args]
     assert resolve_args(args, environ, mount=tmp_path) == args
+
+
+def test_resolve_args_gives_a_moved_dataset_its_yaml_folder_with_one_info_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `rig demo-data` in one container wrote path: /datasets/demo; the set now sits elsewhere.
+    yaml_file = make_dataset(tmp_path / "moved", 2, path="/datasets/nowhere/demo")
+    with caplog.at_level(logging.INFO):
+        out = resolve_args([f"data={yaml_file}"], {}, mount=tmp_path / "mnt", datasets_dir=tmp_path)
+    copy = Path(out[0].removeprefix("data="))
+    assert copy != yaml_file and yaml.safe_load(copy.read_text())["path"] == str(tmp_path / "moved")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{yaml_file}: path: /datasets/nowhere/demo does not exist; the yaml's own folder holds the "
+        f"dataset, so path: is {tmp_path / 'moved'}"
+    ]
+
+
+def test_resolve_args_moves_a_host_yaml_naming_another_machine_into_the_mount(tmp_path: Path) -> None:
+    mount = tmp_path / "mnt"
+    make_dataset(mount, 2, path="/datasets/demo-made-in-a-container")
+    out = resolve_args(
+        ["data=" + str(mount / "data.yaml")], {HOST_DIR_VAR: "/host/x"}, mount=mount, datasets_dir=tmp_path
+    )
+    assert yaml.safe_load(Path(out[0].removeprefix("data=")).read_text())["path"] == str(mount)
+
+
+def test_resolve_args_a_path_wrong_in_both_places_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "data.yaml").write_text("path: /gone/helmets\ntrain: images/train\n")
+    with pytest.raises(
+        RigError, match=r"its path: /gone/helmets does not exist, and its own folder .* holds no"
+    ):
+        resolve_args([f"data={tmp_path}/data.yaml"], {}, mount=tmp_path / "mnt", datasets_dir=tmp_path)

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 from rig.errors import RigError
-from rig.yolo import named_datasets
+from rig.yolo import datasets, named_datasets
 from rig.yolo.named_datasets import Named, describe, unpack
+
+from tests.helpers.datasets import make_dataset
 
 COCO8 = "https://github.com/ultralytics/assets/releases/download/v0.0.0/coco8.zip"
 
@@ -59,3 +61,14 @@ def test_unpack_refuses_a_zip_without_the_dataset(tmp_path: Path) -> None:
     with pytest.raises(RigError, match="holds other, not coco8/"):
         unpack(_zip(tmp_path / "a.zip", "other/x.txt"), named)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zip"]
+
+
+def test_describe_takes_the_root_every_reader_takes(tmp_path: Path) -> None:
+    # A moved copy (path: names a folder gone here, the yaml's folder holds the splits) is already there.
+    yaml_file = make_dataset(tmp_path / "moved", 2, path="/gone/coco8")
+    spec = {**datasets.read_spec(yaml_file), "download": COCO8}
+    assert (
+        describe(yaml_file, spec, tmp_path).root
+        == datasets.load(yaml_file, tmp_path).root
+        == tmp_path / "moved"
+    )

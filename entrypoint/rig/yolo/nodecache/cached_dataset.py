@@ -1,4 +1,4 @@
-"""Ultralytics' datasets with their `cache=ram` images in the node's image cache (rig.yolo.imagecache).
+"""Ultralytics' datasets with their `cache=ram` images in the node's image cache (nodecache.imagecache).
 
 A subclass of the class Ultralytics picks (YOLODataset, YOLOMultiModalDataset) changes two steps
 of its __init__, through BaseDataset's own methods:
@@ -12,7 +12,7 @@ the cache cannot be used (read-only or full location, no file locks, over budget
 with several ranks on the node `cache=False`, as the launch would have decided without a node cache
 (Ultralytics' own `cache=ram` would keep a copy per rank, each checking RAM as if alone: a host
 OOM); one rank alone gets Ultralytics' own `cache=ram`, which checks the RAM for its one copy.
-While the launcher prepares the data (rig.yolo.prepare), an unusable cache is raised instead.
+While the launcher prepares the data (rig.yolo.nodecache.prepare), an unusable cache is raised instead.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
-from rig.yolo import imagecache
+from rig.yolo.nodecache import imagecache
 
 _logger = log.get("imagecache")
 RESIZE_MODE = "rect_mode=True,resize_short=False"  # how BaseDataset.cache_images calls load_image

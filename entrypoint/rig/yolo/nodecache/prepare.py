@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rig import log
-from rig.yolo import cached_dataset, imagecache
+from rig.yolo.nodecache import cached_dataset, imagecache
 
 _logger = log.get("prepare")
 _STRIDE = 32  # YOLO detection models' largest stride; the trainer's imgsz is a multiple of it

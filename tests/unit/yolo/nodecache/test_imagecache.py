@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from rig.errors import RigError
-from rig.yolo import imagecache
-from rig.yolo.imagecache import Decoded, Entry, FileStamp, Unavailable
+from rig.yolo.nodecache import imagecache
+from rig.yolo.nodecache.imagecache import Decoded, Entry, FileStamp, Unavailable
 
 SETTINGS = {"imgsz": 640, "channels": 3, "resize": "rect", "ultralytics": "8.4.190", "opencv": "4.10"}
 FILES = [FileStamp("/d/a.jpg", 100, 1), FileStamp("/d/b.jpg", 200, 2)]

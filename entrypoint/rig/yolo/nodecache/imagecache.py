@@ -288,7 +288,7 @@ def prune(directory: Path, environ: Mapping[str, str], incoming: int = 0, keep: 
 
 
 def _unlink_unless_in_use(path: Path) -> bool:
-    """Delete path unless a process holds it (rig.yolo.imagecache.hold): the exclusive lock is held
+    """Delete path unless a process holds it (rig.yolo.nodecache.imagecache.hold): the exclusive lock is held
     across the unlink, so nobody can start holding it in between. True: deleted."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from rig.yolo import cached_dataset, prepare
+from rig.yolo.nodecache import cached_dataset, prepare
 
 
 @pytest.mark.parametrize(
