@@ -8,11 +8,12 @@ instant.
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from rig import log, versions
+from rig import log, spelling, versions
 from rig.errors import RigError
 
 # One module per command, in the order `rig --help` lists them.
@@ -70,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except RigError as e:
-        logging.getLogger("rig").error("%s", e)
+        # The option as the user typed it: `--gpus 9`, or `GPUS=9` under `make train` (rig.spelling).
+        logging.getLogger("rig").error("%s", e.line(spelling.from_environ(os.environ)))
         return e.exit_code
     except KeyboardInterrupt:
         return 130
