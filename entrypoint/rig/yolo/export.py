@@ -92,10 +92,12 @@ def find_images(given: Sequence[Path], limit: int, fallback: Sequence[Path] = (D
     if given:
         missing = [str(p) for p in given if not p.exists()]
         if missing:
-            raise RigError(f"--images: no such file or folder: {', '.join(missing)}")
+            raise RigError(f"no such file or folder: {', '.join(missing)}", option="--images")
         found = collect(given)
         if not found:
-            raise RigError(f"--images: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {given[0]}")
+            raise RigError(
+                f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {given[0]}", option="--images"
+            )
         return found
     for folder in fallback:
         found = collect([folder])
