@@ -8,9 +8,11 @@ every 10 s) imports only its own.
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
+from rig import spelling
 from rig.errors import RigError
 
 # Each command's one-line help, in the order `rig --help` lists them; its module is
@@ -94,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RigError as e:
         import logging  # loaded by log.setup() above: a command ran
 
-        logging.getLogger("rig").error("%s", e)
+        # The option as the user typed it: `--gpus 9`, or `GPUS=9` under `make train` (rig.spelling).
+        logging.getLogger("rig").error("%s", e.line(spelling.from_environ(os.environ)))
         return e.exit_code
     except KeyboardInterrupt:
         return 130

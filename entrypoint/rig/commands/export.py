@@ -12,11 +12,13 @@ from rig.yolo.export import DEFAULT_RTOL, DEMO_IMAGES, FORMATS, export_onnx
 
 def cmd_export(args: argparse.Namespace) -> int:
     if args.format not in FORMATS:
-        raise RigError(f"--format {args.format}: only {', '.join(FORMATS)} is exported and checked here")
+        raise RigError(
+            f"only {', '.join(FORMATS)} is exported and checked here", option="--format", value=args.format
+        )
     if args.rtol <= 0:
-        raise RigError(f"--rtol must be positive, got {args.rtol}")
+        raise RigError("must be positive", option="--rtol", value=args.rtol)
     if args.max_images < 1:
-        raise RigError(f"--max-images must be at least 1, got {args.max_images}")
+        raise RigError("must be at least 1", option="--max-images", value=args.max_images)
     result = export_onnx(
         args.weights,
         imgsz=args.imgsz,

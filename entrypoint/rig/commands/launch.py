@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rig.commands.options import add_topology_options, topology, typed
+from rig.commands.options import add_topology_options, topology
 from rig.errors import RigError
 from rig.launch import job
 
@@ -14,7 +14,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     program = list(args.command[1:] if args.command[:1] == ["--"] else args.command)
     if not program:
         raise RigError("rig launch: no command given; usage: rig launch [--gpus N] -- COMMAND [ARG...]")
-    launch = job.plan_launch(program, topology(args), args.gpus, typed())
+    launch = job.plan_launch(program, topology(args), args.gpus)
     if args.dry_run:
         print(launch.shell())
         return 0

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from rig import spelling
 from rig.launch import job
 from rig.launch.topology import Topology
 
@@ -19,8 +17,3 @@ def add_topology_options(p: Any) -> None:
 
 def topology(args: argparse.Namespace) -> Topology:
     return job.topology(args.sysfs_root, args.gpu_bus_ids)
-
-
-def typed() -> spelling.Spelling:
-    """How errors name the options: as typed on rig's command line, or as make's variables."""
-    return spelling.from_environ(os.environ)

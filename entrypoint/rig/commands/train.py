@@ -12,7 +12,7 @@ import signal
 from typing import Any
 
 from rig import log
-from rig.commands.options import add_topology_options, topology, typed
+from rig.commands.options import add_topology_options, topology
 from rig.launch import hangup, job
 from rig.yolo import hostdata
 
@@ -21,10 +21,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     launch = job.plan_train(
         hostdata.resolve_args(args.args),
         gpus=args.gpus,
-        ranks=job.cpu_ranks(args.cpu_ranks, os.environ, typed()),
+        ranks=job.cpu_ranks(args.cpu_ranks, os.environ),
         discover=lambda: topology(args),
         check_dataset=not args.dry_run,
-        typed=typed(),
     )
     if launch.done:
         log.get("train").info("%s", launch.done)

@@ -4,6 +4,10 @@ Everything a launch decides (which GPUs, the binding, the rendezvous, the run di
 arguments every rank gets) is computed before anything runs, so bad input stops here with one
 line and `--dry-run` prints the exact commands. Execution is a single exec of torchrun (or of the
 trainer for `device=cpu`), so torchrun's exit code is the command's exit code.
+
+`plan_train` is a chain of steps: the device kind (GPUs, CPU ranks or MPS) and this node's ranks,
+the world, then Ultralytics' arguments by rig.launch.trainargs' rules, the run directory, and the
+command.
 """
 
 from __future__ import annotations
@@ -20,11 +24,10 @@ from typing import Any
 import rig
 from rig import log, paths, safepython
 from rig.errors import RigError
-from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes
+from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes, trainargs
 from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
 from rig.observe.metrics import config as metrics_config
-from rig.spelling import AS_PARSED, Spelling
 from rig.yolo import tuning
 from rig.yolo.nodecache import prepare
 
@@ -42,47 +45,47 @@ LOOPBACK = "127.0.0.1"  # where a single node's store, gloo and NCCL listen
 BINDER = "rig.launch.binder"  # what torchrun starts for each rank
 TRAINER = "rig.launch.trainer"  # what each rank (or the one CPU process) runs
 CPU_RANKS_ENV = "RIG_CPU_RANKS"  # --cpu-ranks from the environment, for schedulers
-_TASK_SUFFIXES = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "classify"}
 
 
 # ---------------------------------------------------------------------------------------------
 # Decide: pure functions of the request and the topology.
 
 
-def parse_gpus(
-    spec: str | None, typed: Spelling = AS_PARSED, option: str = "--gpus"
-) -> str | list[int] | int:
+def parse_gpus(spec: str | None, option: str = "--gpus") -> str | list[int] | int:
     """'all' -> 'all'; '2' -> 2 (a count); '0,2' or '3,' -> [0, 2] / [3] (CUDA ordinals).
-    option=device: always ids ('3' is GPU 3). Errors name the option as the user typed it."""
+    option=device: always ids ('3' is GPU 3). Errors carry the option (RigError.option)."""
     if spec is None or spec.strip().lower() == "all":
         return "all"
     text = spec.strip()
-    given = typed(option, spec)
-    how = f"use a count ({typed('--gpus', 2)}), all, or GPU ids ({typed('--gpus', '0,2')})"
+    how = "use a count (2), all, or GPU ids (0,2)" if option == "--gpus" else "use GPU ids (0,2), all, or cpu"
+
+    def bad(message: str) -> RigError:
+        return RigError(message, option=option, value=spec)
+
     if "," in text or option != "--gpus":
         items = [x.strip() for x in text.split(",") if x.strip()]
         ids: list[int] = []
         for item in items:
             if not item.lstrip("-").isdigit():
-                raise RigError(f"GPU id {item!r} in {given} is not a number; {how}")
+                raise bad(f"GPU id {item!r} is not a number; {how}")
             if int(item) < 0:
-                raise RigError(f"GPU id {item} in {given} is negative; GPU ids start at 0")
+                raise bad(f"GPU id {item} is negative; GPU ids start at 0")
             ids.append(int(item))
         if not ids:
-            raise RigError(f"{given} names no GPU; {how}")
+            raise bad(f"names no GPU; {how}")
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
-            raise RigError(f"{given} names GPU {dupes[0]} twice; list each GPU once")
+            raise bad(f"names GPU {dupes[0]} twice; list each GPU once")
         return ids
     if not text.lstrip("-").isdigit():
-        raise RigError(f"{given} is not a number; {how}")
+        raise bad(f"not a number; {how}")
     count = int(text)
     if count <= 0:
-        raise RigError(f"{given}: at least one GPU is needed; train on the CPU with device=cpu instead")
+        raise bad("at least one GPU is needed; train on the CPU with device=cpu instead")
     return count
 
 
-def select_gpus(choice: str | list[int] | int, topology: Topology, typed: Spelling = AS_PARSED) -> list[int]:
+def select_gpus(choice: str | list[int] | int, topology: Topology) -> list[int]:
     visible = len(topology.gpus)
     if visible == 0:
         raise RigError(NO_GPU)
@@ -92,8 +95,10 @@ def select_gpus(choice: str | list[int] | int, topology: Topology, typed: Spelli
     if isinstance(choice, int):
         if choice > visible:
             raise RigError(
-                f"{typed('--gpus', choice)} but only {visible} GPU(s) are visible ({names}); "
-                f"use {typed('--gpus', visible)} or fewer, or give the container more GPUs"
+                f"only {visible} GPU(s) are visible ({names}); use {visible} or fewer, or give the "
+                "container more GPUs",
+                option="--gpus",
+                value=choice,
             )
         return list(range(choice))
     assert isinstance(choice, list)
@@ -101,76 +106,6 @@ def select_gpus(choice: str | list[int] | int, topology: Topology, typed: Spelli
     if missing:
         raise RigError(f"GPU id {missing[0]} is not visible; the visible GPUs are {names}")
     return choice
-
-
-def parse_kv(items: Sequence[str]) -> dict[str, str]:
-    args: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or key.startswith("-"):
-            raise RigError(f"expected an Ultralytics argument key=value, got {item!r} (e.g. epochs=10)")
-        if key in args:
-            raise RigError(f"argument {key} is given twice; give it once")
-        args[key] = value
-    return args
-
-
-def check_batch(user_args: Mapping[str, str], world: int, typed: Spelling = AS_PARSED) -> None:
-    raw = user_args.get("batch")
-    if raw is None or world <= 1:
-        return
-    given = typed("batch", raw)
-    try:
-        batch = float(raw)
-    except ValueError:
-        raise RigError(f"{given} is not a number; give the total batch over all ranks, e.g. 16") from None
-    if batch < 1 or batch != int(batch):
-        raise RigError(
-            f"{given} (AutoBatch) works on one GPU only; give a total batch divisible by "
-            f"the {world} ranks, e.g. {world * 8}"
-        )
-    if int(batch) % world:
-        lo = max(world, int(batch) // world * world)
-        raise RigError(
-            f"{given} is not divisible by the {world} ranks; "
-            f"use a multiple of {world}, e.g. {lo} or {lo + world}"
-        )
-
-
-def default_batch(user_args: Mapping[str, str], world: int, per_gpu: float) -> tuple[int, str] | None:
-    """The total batch when none is given under DDP: Ultralytics' default per GPU times the world.
-
-    Ultralytics would split its default (16) over the global world size: 3 GPUs silently train with
-    15, 24 ranks with a batch of 0 (a crash). None: one rank, a batch given, or a resume (the
-    checkpoint has its batch).
-    """
-    if world <= 1 or "batch" in user_args or resume_of(user_args) is not False:
-        return None
-    if per_gpu < 1 or per_gpu != int(per_gpu):
-        raise RigError(
-            f"Ultralytics' default batch is {per_gpu:g} (AutoBatch), which works on one GPU only; "
-            f"give a total batch for the {world} ranks, e.g. batch={world * 16}"
-        )
-    total = int(per_gpu) * world
-    return total, (
-        f"Ultralytics' default {int(per_gpu)} per GPU x {world} GPUs (it would split {int(per_gpu)} over "
-        f"them); give batch= for another total"
-    )
-
-
-def _ultralytics_default(key: str, fallback: float) -> float:
-    try:
-        cfg: Any = importlib.import_module("ultralytics.utils").DEFAULT_CFG_DICT
-    except ImportError:
-        return fallback
-    return float(cfg.get(key, fallback))
-
-
-def guess_task(user_args: Mapping[str, str]) -> str:
-    if user_args.get("task"):
-        return user_args["task"]
-    stem = Path(user_args.get("model", "yolo11n.pt")).stem
-    return next((task for suffix, task in _TASK_SUFFIXES.items() if stem.endswith(suffix)), "detect")
 
 
 def next_run_dir(project: Path, name: str, exist_ok: bool) -> Path:
@@ -282,81 +217,23 @@ def _settings_dir(key: str, fallback: Path) -> Path:
     return Path(settings[key])
 
 
+def _runs_dir() -> Path:
+    return _settings_dir("runs_dir", Path("runs").absolute())
+
+
+def _ultralytics_default(key: str, fallback: float) -> float:
+    try:
+        cfg: Any = importlib.import_module("ultralytics.utils").DEFAULT_CFG_DICT
+    except ImportError:
+        return fallback
+    return float(cfg.get(key, fallback))
+
+
 def make_plan(topology: Topology, gpu_ids: list[int]) -> list[binding.RankBinding]:
     plan = binding.make_plan(topology, len(gpu_ids), gpu_ids)
     for warning in plan.warnings:
         _logger.warning("%s", warning)
     return list(plan.ranks)
-
-
-def _tuning(
-    user_args: Mapping[str, str], rank_cpus: int, nranks: int, world: int | None = None
-) -> dict[str, str]:
-    added: dict[str, str] = {}
-    for d in tuning.launch_decisions(
-        user_args=user_args, data=user_args.get("data"), rank_cpus=rank_cpus, nranks=nranks, world=world
-    ):
-        if d.key not in user_args:
-            _logger.info("%s=%s: %s", d.key, d.value, d.reason)
-            added[d.key] = d.value
-    return added
-
-
-def _levers(user_args: dict[str, str], *, world: int, cpu: bool) -> tuple[dict[str, str], dict[str, str]]:
-    """compile and sync_bn (rig.launch.levers): the arguments without rig's own, the trainer's variables;
-    rect= off for training with more than one rank (rig.launch.ddp)."""
-    typed = levers.ultralytics_value()
-    decided = levers.decide(user_args, world=world, cpu=cpu, typed=typed)
-    args, rect_warning = ddp.without_rect(decided.args, world, typed)
-    for warning in (*decided.warnings, *([rect_warning] if rect_warning else [])):
-        _logger.warning("%s", warning)
-    return args, decided.env
-
-
-def resume_of(args: Mapping[str, str]) -> bool | str:
-    """resume= as Ultralytics reads it: False (absent, empty, False, None), True, or a checkpoint's path."""
-    text = args.get("resume", "").strip()
-    if text.lower() in {"", "false", "none"}:
-        return False
-    return True if text.lower() == "true" else text
-
-
-def _defaults(user_args: dict[str, str]) -> dict[str, str]:
-    """data and model when the user gave none: the demo dataset, yolo11n (from scratch if offline)."""
-    args = dict(user_args)
-    resuming = resume_of(args) is not False
-    if "data" not in args and not resuming:
-        if not DEMO_DATA.exists():
-            raise RigError(
-                f"no data= given and no demo dataset at {DEMO_DATA}; run `make demo-data` or pass data="
-            )
-        args["data"] = str(DEMO_DATA)
-    if "model" not in args and not resuming:
-        weights = _settings_dir("weights_dir", Path("weights")) / "yolo11n.pt"
-        args["model"] = "yolo11n.pt" if weights.exists() else "yolo11n.yaml"
-        if not weights.exists():
-            _logger.info("no model= given and no %s: training yolo11n from scratch", weights)
-    return args
-
-
-def _resume(args: dict[str, str]) -> dict[str, str]:
-    """resume=True continues the newest run unless model= names its last.pt."""
-    if resume_of(args) is not True or args.get("model", "").endswith(".pt"):
-        return args
-    runs = _settings_dir("runs_dir", Path("runs").absolute())
-    found = sorted(runs.glob("**/last*.pt"), key=os.path.getctime)
-    if not found:
-        raise RigError(f"resume=True but no last.pt under {runs}; give model=path/to/last.pt")
-    _logger.info("resuming %s", found[-1])
-    return {**args, "model": str(found[-1])}
-
-
-def _project(args: Mapping[str, str]) -> Path:
-    project = Path(args["project"]) if args.get("project") else None
-    if project is None or not project.is_absolute():
-        base = _settings_dir("runs_dir", Path("runs").absolute()) / guess_task(args)
-        project = base / project if project else base
-    return project
 
 
 def default_name(environ: Mapping[str, str]) -> str:
@@ -373,7 +250,7 @@ def _auto_resume(
     if args.get("resume", "").strip().lower() != "auto":
         return args, None
     rest = {k: v for k, v in args.items() if k != "resume"}
-    run_dir = _project(rest) / (rest.get("name") or default_name(os.environ))
+    run_dir = trainargs.project(rest, runs_dir=_runs_dir()) / (rest.get("name") or default_name(os.environ))
     decision = autoresume.decide(run_dir, read(run_dir))
     if decision.kind == "finished":
         return rest, decision.message
@@ -385,9 +262,9 @@ def _auto_resume(
 
 def _run_dir(args: dict[str, str], reserve: bool = True) -> tuple[dict[str, str], Path | None]:
     """The run's folder, decided once for every rank; reserved (created) unless this is a dry run."""
-    if resume_of(args) is not False:
+    if trainargs.resume_of(args) is not False:
         return args, None  # the checkpoint knows its run directory
-    project = _project(args)
+    project = trainargs.project(args, runs_dir=_runs_dir())
     exist_ok = args.get("exist_ok", "").lower() == "true"
     name = args.get("name") or default_name(os.environ)
     run_dir = (reserve_run_dir if reserve else next_run_dir)(project, name, exist_ok)
@@ -404,10 +281,20 @@ def _check_dataset(args: Mapping[str, str]) -> None:
     except ImportError:
         return
     try:
-        (checks.check_cls_dataset if guess_task(args) == "classify" else checks.check_det_dataset)(data)
+        classify = trainargs.guess_task(args) == "classify"
+        (checks.check_cls_dataset if classify else checks.check_det_dataset)(data)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise RigError(f"dataset {data}: {first}") from None
+
+
+def _before_ranks(args: dict[str, str], nranks: int, world: int) -> dict[str, str]:
+    """What runs once per node before any rank waits on another: the dataset check, the data's
+    preparation (rig.yolo.prepare)."""
+    _check_dataset(args)
+    if prepare.wanted(args, trainargs.guess_task(args), world):
+        return prepare.before_ranks(args, nranks=nranks, world=world)
+    return args
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,15 +310,21 @@ def execute(launch: Launch) -> int:
     os.execvpe(launch.command[0], launch.command, env)
 
 
-def cpu_ranks(given: str | None, environ: Mapping[str, str], typed: Spelling = AS_PARSED) -> int | None:
+# ---------------------------------------------------------------------------------------------
+# What each node trains on: the device kind (GPUs, CPU ranks, MPS) and its ranks.
+
+
+def cpu_ranks(given: str | None, environ: Mapping[str, str]) -> int | None:
     """--cpu-ranks N, or RIG_CPU_RANKS=N from the environment (for schedulers); None: neither."""
-    name, raw = ("--cpu-ranks", given) if given is not None else (CPU_RANKS_ENV, environ.get(CPU_RANKS_ENV))
+    raw = given if given is not None else environ.get(CPU_RANKS_ENV)
     if raw is None or (given is None and not raw.strip()):
         return None
     text = raw.strip()
-    shown = typed(name, raw) if name == "--cpu-ranks" else f"{name}={raw!r}"
     if not text.isdigit() or int(text) < 1:
-        raise RigError(f"{shown}: give the number of CPU ranks per node, a whole number >= 1 (e.g. 2)")
+        how = "give the number of CPU ranks per node, a whole number >= 1 (e.g. 2)"
+        if given is None:
+            raise RigError(f"{CPU_RANKS_ENV}={raw!r}: {how}")
+        raise RigError(how, option="--cpu-ranks", value=raw)
     return int(text)
 
 
@@ -444,24 +337,61 @@ class Devices:
     ranks: int = 1
 
 
-def choose_devices(
-    user_args: Mapping[str, str], gpus: str | None, ranks: int | None, typed: Spelling = AS_PARSED
-) -> Devices:
+def choose_devices(user_args: Mapping[str, str], gpus: str | None, ranks: int | None) -> Devices:
     device = user_args.get("device", "").strip().lower()
     if device in {"cpu", "mps"}:
         if gpus is not None:
-            raise RigError(f"both {typed('--gpus', gpus)} and device={device} given; give one of them")
+            raise RigError(f"device={device} is given too; give one of them", option="--gpus", value=gpus)
         if device == "mps" and (ranks or 1) > 1:
-            raise RigError("device=mps trains in one process; drop --cpu-ranks (or use device=cpu)")
+            raise RigError(
+                "trains in one process; drop --cpu-ranks (or use device=cpu)", option="device", value=device
+            )
         return Devices(device, ranks=ranks or 1)
     if ranks is not None:
         raise RigError(
-            f"--cpu-ranks {ranks} trains on the CPU but the run is on GPUs: add device=cpu, "
-            f"or drop --cpu-ranks (and unset {CPU_RANKS_ENV}) to train on GPUs"
+            f"trains on the CPU but the run is on GPUs: add device=cpu, "
+            f"or drop --cpu-ranks (and unset {CPU_RANKS_ENV}) to train on GPUs",
+            option="--cpu-ranks",
+            value=ranks,
         )
     if device and gpus is not None:
-        raise RigError(f"both {typed('--gpus', gpus)} and device={device} given; give one of them")
-    return Devices("gpu", parse_gpus(device, typed, "device") if device else parse_gpus(gpus, typed))
+        raise RigError(f"device={device} is given too; give one of them", option="--gpus", value=gpus)
+    return Devices("gpu", parse_gpus(device, "device") if device else parse_gpus(gpus))
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This node's ranks (each one's CPUs, memory node and GPU) and the GPUs' CUDA ids (none on the CPU)."""
+
+    bindings: list[binding.RankBinding]
+    gpu_ids: list[int]
+
+
+def place_ranks(devices: Devices, topo: Topology) -> Ranks:
+    """The ranks of one node: one per chosen GPU, or `devices.ranks` on shares of its CPUs."""
+    if devices.kind != "gpu":
+        return Ranks(list(binding.cpu_plan(topo, devices.ranks).ranks), [])
+    gpu_ids = select_gpus(devices.gpus, topo)
+    return Ranks(make_plan(topo, gpu_ids), gpu_ids)
+
+
+def device_arg(devices: Devices, ranks: Ranks) -> str:
+    """device= as the trainer gets it: cpu or mps, or the CUDA ids of the run's GPUs."""
+    return devices.kind if devices.kind != "gpu" else ",".join(str(i) for i in ranks.gpu_ids)
+
+
+def node_of(devices: Devices, environ: Mapping[str, str]) -> nodes.NodeSpec:
+    """This node's place in the job; every variable a launch reads checked here, before anything runs."""
+    node = nodes.node_spec(environ)
+    metrics_config.endpoint(environ)  # a bad RIG_METRICS_PORT: one line, before anything runs
+    if devices.kind == "mps" and node.nnodes > 1:
+        raise RigError(
+            "trains in one process; unset NNODES (or the scheduler's node count)",
+            option="device",
+            value="mps",
+        )
+    ddp.nccl_timeout(environ), ddp.stop_grace(environ), ddp.rendezvous_timeout(environ)
+    return node
 
 
 def world_line(devices: Devices, node: nodes.NodeSpec, per_node: int) -> str:
@@ -475,6 +405,10 @@ def world_line(devices: Devices, node: nodes.NodeSpec, per_node: int) -> str:
     return f"world: {world} {ranks} = {node.nnodes} {nodes_} x {per_node} {per} per node ({how})"
 
 
+# ---------------------------------------------------------------------------------------------
+# The plans: each a chain of the steps above.
+
+
 def plan_train(
     kv_args: Sequence[str],
     *,
@@ -482,62 +416,69 @@ def plan_train(
     ranks: int | None = None,
     discover: Callable[[], Topology] = topology,
     check_dataset: bool = True,
-    typed: Spelling = AS_PARSED,
 ) -> Launch:
     """What `rig train` runs: torchrun over the binder and the trainer, on each node's GPUs or CPU
     ranks; a single CPU (or MPS) rank on one node is the trainer alone, with the same arguments."""
-    user = parse_kv(kv_args)
-    devices = choose_devices(user, gpus, ranks, typed)
-    cpu = devices.kind != "gpu"
-    node = nodes.node_spec(os.environ)
-    metrics_config.endpoint(os.environ)  # a bad RIG_METRICS_PORT: one line, before anything runs
-    if devices.kind == "mps" and node.nnodes > 1:
-        raise RigError("device=mps trains in one process; unset NNODES (or the scheduler's node count)")
-    # Bad values: one line, before anything runs.
-    ddp.nccl_timeout(os.environ), ddp.stop_grace(os.environ), ddp.rendezvous_timeout(os.environ)
-    topo = discover()
-    if cpu:
-        gpu_ids: list[int] = []
-        plan = list(binding.cpu_plan(topo, devices.ranks).ranks)
-    else:
-        gpu_ids = select_gpus(devices.gpus, topo, typed)
-        plan = make_plan(topo, gpu_ids)
-    world = len(plan) * node.nnodes
-    check_batch(user, world, typed)
-    _logger.info("%s", world_line(devices, node, len(plan)))
+    user = trainargs.parse_kv(kv_args)
+    devices = choose_devices(user, gpus, ranks)
+    node = node_of(devices, os.environ)
+    placed = place_ranks(devices, discover())
+    world = len(placed.bindings) * node.nnodes
+    trainargs.check_batch(user, world)
+    _logger.info("%s", world_line(devices, node, len(placed.bindings)))
     user, done = _auto_resume(user)
     if done:
         return Launch([], {}, done)
-    user, lever_env = _levers(user, world=world, cpu=cpu)
-    user = _resume(_defaults(user))
-    user["device"] = devices.kind if cpu else ",".join(str(i) for i in gpu_ids)
-    batch = default_batch(user, world, _ultralytics_default("batch", 16))
-    if batch is not None:
-        user["batch"] = str(batch[0])
-        _logger.info("batch=%d: %s", *batch)
-    user.update(_tuning(user, len(plan[0].cpus), len(plan), world))
-    user, run_dir = _run_dir(user, reserve=check_dataset)
+    args, lever_env = _train_args(user, devices, placed, world)
+    args, run_dir = _run_dir(args, reserve=check_dataset)
     if check_dataset:
-        _check_dataset(user)
-        if prepare.wanted(user, guess_task(user), world):  # before any rank waits on another
-            user = prepare.before_ranks(user, nranks=len(plan), world=world)
-    python = sys.executable
-    program = [*safepython.module(python, TRAINER), *(f"{k}={v}" for k, v in user.items())]
-    env = {**_env_delta(len(plan[0].cpus)), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
-    if not cpu:
-        env[telemetry.RUN_GPUS_ENV] = run_gpus(plan, gpu_ids)
-    env.update(metrics_config.node_env())
-    if cpu and world == 1:
-        return Launch(program, env)  # one rank: no process group to join, the container's CPUs unbound
-    return Launch(torchrun_command(plan, node, program, python, gpus_per_rank="one"), env)
+        args = _before_ranks(args, len(placed.bindings), world)
+    env = {**lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
+    return _train_launch(args, env, devices, placed, node)
 
 
-def plan_launch(
-    program: Sequence[str], topo: Topology, gpus: str | None = None, typed: Spelling = AS_PARSED
+def _train_args(
+    user: dict[str, str], devices: Devices, placed: Ranks, world: int
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The trainer's arguments (rig.launch.trainargs' rules, with what Ultralytics knows) and the
+    variables the levers give the trainer."""
+    cpu = devices.kind != "gpu"
+    args, lever_env = trainargs.with_levers(
+        user, world=world, cpu=cpu, smart_value=levers.ultralytics_value()
+    )
+    args = trainargs.with_defaults(
+        args, demo_data=DEMO_DATA, weights_dir=_settings_dir("weights_dir", Path("weights"))
+    )
+    args = trainargs.with_resume(args, runs_dir=_runs_dir())
+    args = {**args, "device": device_arg(devices, placed)}
+    args = trainargs.with_batch(args, world, _ultralytics_default("batch", 16))
+    nranks, rank_cpus = len(placed.bindings), len(placed.bindings[0].cpus)
+    decisions = tuning.launch_decisions(
+        user_args=args, data=args.get("data"), rank_cpus=rank_cpus, nranks=nranks, world=world
+    )
+    return trainargs.with_tuning(args, decisions), lever_env
+
+
+def _train_launch(
+    args: Mapping[str, str], env: Mapping[str, str], devices: Devices, placed: Ranks, node: nodes.NodeSpec
 ) -> Launch:
+    """The trainer with its arguments, under torchrun and the binder; a single CPU (or MPS) rank
+    on one node alone: no process group to join, the container's CPUs unbound."""
+    python = sys.executable
+    program = [*safepython.module(python, TRAINER), *(f"{k}={v}" for k, v in args.items())]
+    full = {**_env_delta(len(placed.bindings[0].cpus)), **env}
+    if devices.kind == "gpu":
+        full[telemetry.RUN_GPUS_ENV] = run_gpus(placed.bindings, placed.gpu_ids)
+    full.update(metrics_config.node_env())
+    if devices.kind != "gpu" and len(placed.bindings) * node.nnodes == 1:
+        return Launch(program, full)
+    return Launch(torchrun_command(placed.bindings, node, program, python, gpus_per_rank="one"), full)
+
+
+def plan_launch(program: Sequence[str], topo: Topology, gpus: str | None = None) -> Launch:
     """What `rig launch` runs: the user's program on each rank, through torchrun and the binder."""
     ddp.stop_grace(os.environ)
-    gpu_ids = select_gpus(parse_gpus(gpus, typed), topo, typed)
+    gpu_ids = select_gpus(parse_gpus(gpus), topo)
     plan = make_plan(topo, gpu_ids)
     return Launch(
         torchrun_command(plan, nodes.node_spec(os.environ), program, sys.executable),

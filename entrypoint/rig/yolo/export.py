@@ -92,11 +92,11 @@ def find_images(given: Sequence[Path], limit: int, fallback: Sequence[Path] = (D
     if given:
         missing = [str(p) for p in given if not p.exists()]
         if missing:
-            raise RigError(f"--images: no such file or folder: {', '.join(missing)}")
+            raise RigError(f"no such file or folder: {', '.join(missing)}", option="--images")
         found = collect(given)
         if not found:
             suffixes = ", ".join(f".{s}" for s in sorted(datasets.image_formats()))
-            raise RigError(f"--images: no images ({suffixes}) in {given[0]}")
+            raise RigError(f"no images ({suffixes}) in {given[0]}", option="--images")
         return found
     for folder in fallback:
         found = collect([folder])

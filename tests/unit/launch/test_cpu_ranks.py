@@ -162,11 +162,11 @@ def test_one_cpu_rank_on_one_node_is_the_trainer_alone(
         (["--cpu-ranks", "0", "device=cpu"], {}, "--cpu-ranks 0: give the number of CPU ranks per node"),
         (["--cpu-ranks", "two", "device=cpu"], {}, "--cpu-ranks two: give the number of CPU ranks"),
         (["device=cpu"], {"RIG_CPU_RANKS": "x"}, "RIG_CPU_RANKS='x': give the number of CPU ranks per node"),
-        (["--cpu-ranks", "2"], {}, "--cpu-ranks 2 trains on the CPU but the run is on GPUs: add device=cpu"),
-        (["--cpu-ranks", "2", "device=0,1"], {}, "--cpu-ranks 2 trains on the CPU but the run is on GPUs"),
-        (["--cpu-ranks", "2", "--gpus", "2", "device=cpu"], {}, "both --gpus 2 and device=cpu given"),
+        (["--cpu-ranks", "2"], {}, "--cpu-ranks 2: trains on the CPU but the run is on GPUs: add device=cpu"),
+        (["--cpu-ranks", "2", "device=0,1"], {}, "--cpu-ranks 2: trains on the CPU but the run is on GPUs"),
+        (["--cpu-ranks", "2", "--gpus", "2", "device=cpu"], {}, "--gpus 2: device=cpu is given too"),
         (["device=0"], {"RIG_CPU_RANKS": "2"}, "unset RIG_CPU_RANKS"),
-        (["--cpu-ranks", "2", "device=mps"], {}, "device=mps trains in one process"),
+        (["--cpu-ranks", "2", "device=mps"], {}, "device=mps: trains in one process"),
     ],
 )
 def test_bad_cpu_ranks_are_one_line_and_launch_nothing(

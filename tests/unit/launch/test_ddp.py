@@ -114,31 +114,7 @@ def test_the_plan_carries_each_ranks_gpu_index() -> None:
     assert [r.gpu_index for r in binding.from_json(binding.to_json(plan))] == [0, 2]
 
 
-# ---- 5: the batch for the real world size ----------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("args", "world", "expected"),
-    [
-        ({}, 1, None),
-        ({}, 3, 48),  # Ultralytics alone: 16 // 3 = 5 per GPU, 15 in all
-        ({}, 24, 384),  # Ultralytics alone: 16 // 24 = 0, a crash
-        ({"batch": "64"}, 8, None),
-        ({"resume": "True"}, 8, None),
-    ],
-)
-def test_default_batch_is_per_gpu_times_the_world(
-    args: dict[str, str], world: int, expected: int | None
-) -> None:
-    got = job.default_batch(args, world, 16)
-    assert (got and got[0]) == expected
-    if got:
-        assert f"16 per GPU x {world} GPUs" in got[1]
-
-
-def test_an_autobatch_default_under_ddp_asks_for_a_batch() -> None:
-    with pytest.raises(RigError, match=r"give a total batch for the 2 ranks, e\.g\. batch=32"):
-        job.default_batch({}, 2, -1)
-
-
+# ---- 5: the batch for the real world size (the rule itself: test_trainargs.py) --------------------------
 def test_dry_run_without_batch_logs_the_total(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

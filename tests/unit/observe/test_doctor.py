@@ -396,7 +396,7 @@ def test_requested_gpus_come_from_the_flag_or_nvidia_visible_devices() -> None:
     assert doctor_gather.requested_gpus("2", {}) == (2, "--gpus 2")
     assert doctor_gather.requested_gpus("0,2", {"NVIDIA_VISIBLE_DEVICES": "0"}) == ([0, 2], "--gpus 0,2")
     assert doctor_gather.requested_gpus("all", {}) == ("all", "")
-    with pytest.raises(RigError, match="--gpus two is not a number"):
+    with pytest.raises(RigError, match="--gpus two: not a number"):
         doctor_gather.requested_gpus("two", {})
     assert doctor_gather.requested_gpus(None, {"NVIDIA_VISIBLE_DEVICES": "0,3"}) == (
         2,

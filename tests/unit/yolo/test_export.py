@@ -39,8 +39,9 @@ def test_not_a_pt_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
-    [("--format", "engine", "only onnx"), ("--rtol", "0", "positive"), ("--max-images", "0", "at least 1")],
-)
+    [("--format", "engine", "--format engine: only onnx"), ("--rtol", "0", "--rtol 0.0: must be positive"),
+     ("--max-images", "0", "--max-images 0: must be at least 1")],
+)  # fmt: skip
 def test_bad_options(flag: str, value: str, message: str) -> None:
     code, lines = _run("best.pt", flag, value)
     assert code == 1 and len(lines) == 1 and message in lines[0]
@@ -58,9 +59,9 @@ def test_find_images(tmp_path: Path) -> None:
     # Nothing given: the first fallback folder that has images.
     assert find_images([], 10, fallback=(tmp_path / "none", folder))[0].name == "a.PNG"
     assert find_images([], 10, fallback=(tmp_path / "none",)) == []
-    with pytest.raises(RigError, match="no such file"):
+    with pytest.raises(RigError, match=r"^--images: no such file"):
         find_images([tmp_path / "absent"], limit=10)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(RigError, match="no images"):
+    with pytest.raises(RigError, match=r"^--images: no images \("):
         find_images([empty], limit=10)

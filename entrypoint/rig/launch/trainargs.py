@@ -1,0 +1,168 @@
+"""Ultralytics' train arguments as `rig train` decides them: key=value parsing and the rules a launch
+adds before any rank starts (the batch over the world, rect/compile/sync_bn, the loader's workers and
+cache, data/model defaults, resume=, where runs go).
+
+Each step takes the arguments and returns new ones; what Ultralytics knows (its default batch, its
+runs and weights folders, its smart_value) comes in as a parameter, so nothing here imports it and
+every rule is a pure function a test calls directly. The INFO and WARNING lines name what was decided.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rig import log
+from rig.errors import RigError
+from rig.launch import ddp, levers
+from rig.yolo import tuning
+
+_logger = log.get("launch")
+_TASK_SUFFIXES = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "classify"}
+
+
+def parse_kv(items: Sequence[str]) -> dict[str, str]:
+    args: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or key.startswith("-"):
+            raise RigError(f"expected an Ultralytics argument key=value, got {item!r} (e.g. epochs=10)")
+        if key in args:
+            raise RigError(f"argument {key} is given twice; give it once")
+        args[key] = value
+    return args
+
+
+def resume_of(args: Mapping[str, str]) -> bool | str:
+    """resume= as Ultralytics reads it: False (absent, empty, False, None), True, or a checkpoint's path."""
+    text = args.get("resume", "").strip()
+    if text.lower() in {"", "false", "none"}:
+        return False
+    return True if text.lower() == "true" else text
+
+
+def guess_task(user_args: Mapping[str, str]) -> str:
+    if user_args.get("task"):
+        return user_args["task"]
+    stem = Path(user_args.get("model", "yolo11n.pt")).stem
+    return next((task for suffix, task in _TASK_SUFFIXES.items() if stem.endswith(suffix)), "detect")
+
+
+def check_batch(user_args: Mapping[str, str], world: int) -> None:
+    raw = user_args.get("batch")
+    if raw is None or world <= 1:
+        return
+    try:
+        batch = float(raw)
+    except ValueError:
+        raise RigError(
+            "not a number; give the total batch over all ranks, e.g. 16", option="batch", value=raw
+        ) from None
+    if batch < 1 or batch != int(batch):
+        raise RigError(
+            f"AutoBatch works on one GPU only; give a total batch divisible by the {world} ranks, "
+            f"e.g. {world * 8}",
+            option="batch",
+            value=raw,
+        )
+    if int(batch) % world:
+        lo = max(world, int(batch) // world * world)
+        raise RigError(
+            f"not divisible by the {world} ranks; use a multiple of {world}, e.g. {lo} or {lo + world}",
+            option="batch",
+            value=raw,
+        )
+
+
+def default_batch(user_args: Mapping[str, str], world: int, per_gpu: float) -> tuple[int, str] | None:
+    """The total batch when none is given under DDP: Ultralytics' default per GPU times the world.
+
+    Ultralytics would split its default (16) over the global world size: 3 GPUs silently train with
+    15, 24 ranks with a batch of 0 (a crash). None: one rank, a batch given, or a resume (the
+    checkpoint has its batch).
+    """
+    if world <= 1 or "batch" in user_args or resume_of(user_args) is not False:
+        return None
+    if per_gpu < 1 or per_gpu != int(per_gpu):
+        raise RigError(
+            f"Ultralytics' default batch is {per_gpu:g} (AutoBatch), which works on one GPU only; "
+            f"give a total batch for the {world} ranks, e.g. batch={world * 16}"
+        )
+    total = int(per_gpu) * world
+    return total, (
+        f"Ultralytics' default {int(per_gpu)} per GPU x {world} GPUs (it would split {int(per_gpu)} over "
+        f"them); give batch= for another total"
+    )
+
+
+def with_batch(args: dict[str, str], world: int, per_gpu: float) -> dict[str, str]:
+    """default_batch applied, said in one INFO line."""
+    batch = default_batch(args, world, per_gpu)
+    if batch is None:
+        return args
+    _logger.info("batch=%d: %s", *batch)
+    return {**args, "batch": str(batch[0])}
+
+
+def with_levers(
+    user_args: Mapping[str, str], *, world: int, cpu: bool, smart_value: Callable[[str], Any]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """compile and sync_bn (rig.launch.levers): the arguments without rig's own, the trainer's variables;
+    rect= off for training with more than one rank (rig.launch.ddp). Each WARNING said once."""
+    decided = levers.decide(user_args, world=world, cpu=cpu, typed=smart_value)
+    args, rect_warning = ddp.without_rect(decided.args, world, smart_value)
+    for warning in (*decided.warnings, *([rect_warning] if rect_warning else [])):
+        _logger.warning("%s", warning)
+    return args, decided.env
+
+
+def with_tuning(args: Mapping[str, str], decisions: Iterable[tuning.Decision]) -> dict[str, str]:
+    """The loader's workers and cache (rig.yolo.tuning's decisions), where the user gave none."""
+    added: dict[str, str] = {}
+    for d in decisions:
+        if d.key not in args:
+            _logger.info("%s=%s: %s", d.key, d.value, d.reason)
+            added[d.key] = d.value
+    return {**args, **added}
+
+
+def with_defaults(user_args: Mapping[str, str], *, demo_data: Path, weights_dir: Path) -> dict[str, str]:
+    """data and model when the user gave none: the demo dataset, yolo11n (from scratch if offline)."""
+    args = dict(user_args)
+    resuming = resume_of(args) is not False
+    if "data" not in args and not resuming:
+        if not demo_data.exists():
+            raise RigError(
+                f"no data= given and no demo dataset at {demo_data}; run `make demo-data` or pass data="
+            )
+        args["data"] = str(demo_data)
+    if "model" not in args and not resuming:
+        weights = weights_dir / "yolo11n.pt"
+        args["model"] = "yolo11n.pt" if weights.exists() else "yolo11n.yaml"
+        if not weights.exists():
+            _logger.info("no model= given and no %s: training yolo11n from scratch", weights)
+    return args
+
+
+def with_resume(args: dict[str, str], *, runs_dir: Path) -> dict[str, str]:
+    """resume=True continues the newest run unless model= names its last.pt."""
+    if resume_of(args) is not True or args.get("model", "").endswith(".pt"):
+        return args
+    found = sorted(runs_dir.glob("**/last*.pt"), key=os.path.getctime)
+    if not found:
+        raise RigError(
+            f"no last.pt under {runs_dir}; give model=path/to/last.pt", option="resume", value="True"
+        )
+    _logger.info("resuming %s", found[-1])
+    return {**args, "model": str(found[-1])}
+
+
+def project(args: Mapping[str, str], *, runs_dir: Path) -> Path:
+    """Where Ultralytics puts the run: project= if absolute, else under runs_dir/<task>."""
+    given = Path(args["project"]) if args.get("project") else None
+    if given is None or not given.is_absolute():
+        base = runs_dir / guess_task(args)
+        given = base / given if given else base
+    return given

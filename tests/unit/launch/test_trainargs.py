@@ -1,0 +1,165 @@
+"""Ultralytics' train arguments as `rig train` decides them (rig.launch.trainargs): each rule a pure
+step, called directly with what Ultralytics would know."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from rig.errors import RigError
+from rig.launch import levers, trainargs
+from rig.spelling import Spelling
+from rig.yolo import tuning
+
+
+def test_key_values_are_parsed_once_each() -> None:
+    assert trainargs.parse_kv(["epochs=3", "name=a=b", "project="]) == {
+        "epochs": "3",
+        "name": "a=b",
+        "project": "",
+    }
+    for bad in (["epochs"], ["=3"], ["--epochs=3"]):
+        with pytest.raises(RigError, match="expected an Ultralytics argument key=value"):
+            trainargs.parse_kv(bad)
+    with pytest.raises(RigError, match="argument epochs is given twice"):
+        trainargs.parse_kv(["epochs=3", "epochs=4"])
+
+
+@pytest.mark.parametrize("resume", ["False", "false", "none", "", " None "])
+def test_resume_false_in_any_spelling_is_no_resume(resume: str) -> None:
+    assert trainargs.resume_of({"resume": resume}) is False
+    assert trainargs.resume_of({}) is False
+    assert trainargs.resume_of({"resume": "True"}) is True
+    assert trainargs.resume_of({"resume": "a/last.pt"}) == "a/last.pt"
+
+
+@pytest.mark.parametrize(
+    ("args", "task"),
+    [({}, "detect"), ({"model": "yolo11n-seg.pt"}, "segment"), ({"model": "x/yolo11s-cls.yaml"}, "classify"),
+     ({"model": "yolo11n-pose.pt", "task": "obb"}, "obb")],
+)  # fmt: skip
+def test_the_task_is_ultralytics_guess_from_the_model_name(args: dict[str, str], task: str) -> None:
+    assert trainargs.guess_task(args) == task
+
+
+@pytest.mark.parametrize(
+    ("batch", "world", "message"),
+    [
+        ("x", 2, "batch=x: not a number; give the total batch over all ranks"),
+        ("-1", 2, "batch=-1: AutoBatch works on one GPU only; give a total batch divisible by the 2 ranks"),
+        ("0.7", 4, "batch=0.7: AutoBatch works on one GPU only"),
+        ("16", 3, "batch=16: not divisible by the 3 ranks; use a multiple of 3, e.g. 15 or 18"),
+        ("2", 4, "batch=2: not divisible by the 4 ranks; use a multiple of 4, e.g. 4 or 8"),
+    ],
+)
+def test_a_batch_that_does_not_split_over_the_world_names_the_option(
+    batch: str, world: int, message: str
+) -> None:
+    with pytest.raises(RigError) as caught:
+        trainargs.check_batch({"batch": batch}, world)
+    assert str(caught.value) == caught.value.line() and str(caught.value).startswith(message)
+    # The option is spelled once, by whoever prints it: make's variable under `make train`.
+    assert caught.value.line(Spelling(from_make=True)).startswith(f"BATCH={batch}: ")
+    trainargs.check_batch({"batch": batch}, 1)  # one rank: Ultralytics' own rules (AutoBatch too)
+
+
+def test_a_good_batch_passes() -> None:
+    trainargs.check_batch({"batch": "48"}, 3)
+    trainargs.check_batch({}, 8)
+
+
+@pytest.mark.parametrize(
+    ("args", "world", "expected"),
+    [
+        ({}, 1, None),
+        ({}, 3, 48),  # Ultralytics alone: 16 // 3 = 5 per GPU, 15 in all
+        ({}, 24, 384),  # Ultralytics alone: 16 // 24 = 0, a crash
+        ({"batch": "64"}, 8, None),
+        ({"resume": "True"}, 8, None),
+    ],
+)
+def test_default_batch_is_per_gpu_times_the_world(
+    args: dict[str, str], world: int, expected: int | None
+) -> None:
+    got = trainargs.default_batch(args, world, 16)
+    assert (got and got[0]) == expected
+    if got:
+        assert f"16 per GPU x {world} GPUs" in got[1]
+    assert trainargs.with_batch(args, world, 16).get("batch") == (
+        str(expected) if expected else args.get("batch")
+    )
+
+
+def test_an_autobatch_default_under_ddp_asks_for_a_batch() -> None:
+    with pytest.raises(RigError, match=r"give a total batch for the 2 ranks, e\.g\. batch=32"):
+        trainargs.default_batch({}, 2, -1)
+
+
+def test_levers_take_rig_s_sync_bn_out_and_rect_off_under_ddp(caplog: pytest.LogCaptureFixture) -> None:
+    args, env = trainargs.with_levers(
+        {"rect": "True", "sync_bn": "True", "epochs": "1"},
+        world=2,
+        cpu=False,
+        smart_value=levers._plain_value,
+    )
+    assert args == {"rect": "False", "epochs": "1"} and env == {levers.SYNC_BN_ENV: "1"}
+    assert "rect=True with 2 ranks" in caplog.text
+    args, env = trainargs.with_levers(
+        {"rect": "True", "sync_bn": "True"}, world=1, cpu=True, smart_value=levers._plain_value
+    )
+    assert args == {"rect": "True"} and env == {}
+    assert "sync_bn=True ignored: device=cpu" in caplog.text
+
+
+def test_tuning_fills_only_what_the_user_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="rig")
+    decisions = [tuning.Decision("workers", "4", "4 CPUs per rank"), tuning.Decision("cache", "ram", "fits")]
+    assert trainargs.with_tuning({"workers": "2"}, decisions) == {"workers": "2", "cache": "ram"}
+    assert "cache=ram: fits" in caplog.text and "workers=4" not in caplog.text
+
+
+def test_defaults_are_the_demo_data_and_yolo11n(tmp_path: Path) -> None:
+    demo, weights = tmp_path / "demo.yaml", tmp_path / "weights"
+    with pytest.raises(
+        RigError, match=r"no data= given and no demo dataset at .*demo\.yaml; run `make demo-data`"
+    ):
+        trainargs.with_defaults({}, demo_data=demo, weights_dir=weights)
+    demo.write_text("train: images\n")
+    assert trainargs.with_defaults({}, demo_data=demo, weights_dir=weights) == {
+        "data": str(demo),
+        "model": "yolo11n.yaml",  # offline, no weights: from scratch
+    }
+    weights.mkdir()
+    (weights / "yolo11n.pt").write_bytes(b"")
+    assert (
+        trainargs.with_defaults({"data": "d.yaml"}, demo_data=demo, weights_dir=weights)["model"]
+        == "yolo11n.pt"
+    )
+    assert trainargs.with_defaults({"resume": "True"}, demo_data=demo, weights_dir=weights) == {
+        "resume": "True"
+    }
+
+
+def test_resume_true_continues_the_newest_run(tmp_path: Path) -> None:
+    with pytest.raises(RigError, match=r"^resume=True: no last.pt under .*; give model=path/to/last.pt"):
+        trainargs.with_resume({"resume": "True"}, runs_dir=tmp_path)
+    last = tmp_path / "detect/train-2/weights/last.pt"
+    last.parent.mkdir(parents=True)
+    last.write_bytes(b"")
+    assert trainargs.with_resume({"resume": "True"}, runs_dir=tmp_path) == {
+        "resume": "True",
+        "model": str(last),
+    }
+    assert (
+        trainargs.with_resume({"resume": "True", "model": "a/last.pt"}, runs_dir=tmp_path)["model"]
+        == "a/last.pt"
+    )
+
+
+def test_runs_go_under_the_runs_dir_by_task(tmp_path: Path) -> None:
+    assert trainargs.project({}, runs_dir=tmp_path) == tmp_path / "detect"
+    assert (
+        trainargs.project({"model": "m-seg.pt", "project": "p"}, runs_dir=tmp_path) == tmp_path / "segment/p"
+    )
+    assert trainargs.project({"project": "/abs"}, runs_dir=tmp_path) == Path("/abs")
