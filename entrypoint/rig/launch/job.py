@@ -8,14 +8,12 @@ trainer for `device=cpu`), so torchrun's exit code is the command's exit code.
 
 from __future__ import annotations
 
-import importlib
 import os
 import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import rig
 from rig import log, paths, safepython
@@ -25,7 +23,7 @@ from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
 from rig.observe.metrics import config as metrics_config
 from rig.spelling import AS_PARSED, Spelling
-from rig.yolo import prepare, tuning
+from rig.yolo import prepare, tuning, ultra
 
 _logger = log.get("launch")
 
@@ -157,14 +155,6 @@ def default_batch(user_args: Mapping[str, str], world: int, per_gpu: float) -> t
     )
 
 
-def _ultralytics_default(key: str, fallback: float) -> float:
-    try:
-        cfg: Any = importlib.import_module("ultralytics.utils").DEFAULT_CFG_DICT
-    except ImportError:
-        return fallback
-    return float(cfg.get(key, fallback))
-
-
 def guess_task(user_args: Mapping[str, str]) -> str:
     if user_args.get("task"):
         return user_args["task"]
@@ -273,14 +263,6 @@ def topology(sysfs_root: str | None = None, gpu_bus_ids: str | None = None) -> T
     return read_topology(root, ids)
 
 
-def _settings_dir(key: str, fallback: Path) -> Path:
-    try:
-        settings: Any = importlib.import_module("ultralytics.utils").SETTINGS
-    except ImportError:
-        return fallback
-    return Path(settings[key])
-
-
 def make_plan(topology: Topology, gpu_ids: list[int]) -> list[binding.RankBinding]:
     plan = binding.make_plan(topology, len(gpu_ids), gpu_ids)
     for warning in plan.warnings:
@@ -304,7 +286,7 @@ def _tuning(
 def _levers(user_args: dict[str, str], *, world: int, cpu: bool) -> tuple[dict[str, str], dict[str, str]]:
     """compile and sync_bn (rig.launch.levers): the arguments without rig's own, the trainer's variables;
     rect= off for training with more than one rank (rig.launch.ddp)."""
-    typed = levers.ultralytics_value()
+    typed = ultra.smart_value
     decided = levers.decide(user_args, world=world, cpu=cpu, typed=typed)
     args, rect_warning = ddp.without_rect(decided.args, world, typed)
     for warning in (*decided.warnings, *([rect_warning] if rect_warning else [])):
@@ -331,7 +313,7 @@ def _defaults(user_args: dict[str, str]) -> dict[str, str]:
             )
         args["data"] = str(DEMO_DATA)
     if "model" not in args and not resuming:
-        weights = _settings_dir("weights_dir", Path("weights")) / "yolo11n.pt"
+        weights = ultra.settings_dirs()["weights_dir"] / "yolo11n.pt"
         args["model"] = "yolo11n.pt" if weights.exists() else "yolo11n.yaml"
         if not weights.exists():
             _logger.info("no model= given and no %s: training yolo11n from scratch", weights)
@@ -342,7 +324,7 @@ def _resume(args: dict[str, str]) -> dict[str, str]:
     """resume=True continues the newest run unless model= names its last.pt."""
     if resume_of(args) is not True or args.get("model", "").endswith(".pt"):
         return args
-    runs = _settings_dir("runs_dir", Path("runs").absolute())
+    runs = ultra.settings_dirs()["runs_dir"]
     found = sorted(runs.glob("**/last*.pt"), key=os.path.getctime)
     if not found:
         raise RigError(f"resume=True but no last.pt under {runs}; give model=path/to/last.pt")
@@ -353,7 +335,7 @@ def _resume(args: dict[str, str]) -> dict[str, str]:
 def _project(args: Mapping[str, str]) -> Path:
     project = Path(args["project"]) if args.get("project") else None
     if project is None or not project.is_absolute():
-        base = _settings_dir("runs_dir", Path("runs").absolute()) / guess_task(args)
+        base = ultra.settings_dirs()["runs_dir"] / guess_task(args)
         project = base / project if project else base
     return project
 
@@ -399,11 +381,7 @@ def _check_dataset(args: Mapping[str, str]) -> None:
     if not data:
         return
     try:
-        checks: Any = importlib.import_module("ultralytics.data.utils")
-    except ImportError:
-        return
-    try:
-        (checks.check_cls_dataset if guess_task(args) == "classify" else checks.check_det_dataset)(data)
+        ultra.check_dataset(data, guess_task(args))
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise RigError(f"dataset {data}: {first}") from None
@@ -510,7 +488,7 @@ def plan_train(
     user, lever_env = _levers(user, world=world, cpu=cpu)
     user = _resume(_defaults(user))
     user["device"] = devices.kind if cpu else ",".join(str(i) for i in gpu_ids)
-    batch = default_batch(user, world, _ultralytics_default("batch", 16))
+    batch = default_batch(user, world, float(ultra.default("batch")))
     if batch is not None:
         user["batch"] = str(batch[0])
         _logger.info("batch=%d: %s", *batch)

@@ -17,14 +17,13 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from rig import log
 from rig.launch import autoresume, checkpoints, cpuddp, ddp, syncbn
 from rig.observe import metrics, telemetry
-from rig.yolo import cached_dataset, device_augment
+from rig.yolo import cached_dataset, device_augment, ultra
 
 _logger = log.get("trainer")
 # Every way a run is stopped from outside: `docker stop`, Kubernetes and Slurm (TERM), Ctrl-C (INT,
@@ -55,7 +54,7 @@ _STRING_KEYS = frozenset({"name", "project", "data", "model", "device", "tracker
 def parse_args(argv: Sequence[str], smart_value: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """key=value typed by Ultralytics' own CLI rule (ultralytics.cfg.smart_value: 'True' -> True,
     '16' -> 16, 'none' -> None), except names and paths."""
-    typed = smart_value or importlib.import_module("ultralytics.cfg").smart_value
+    typed = smart_value or ultra.smart_value
     args: dict[str, Any] = {}
     for item in argv:
         key, sep, value = item.partition("=")
@@ -209,7 +208,7 @@ def rig_trainer_class(base: type) -> type:
             # Ultralytics' AMP check loads yolo26n.pt and, when it is missing, tries to download it
             # before it looks at the offline flag: on a network that drops packets rank 0 stalls while
             # the others wait. Offline without the file, the check is skipped (AMP stays on).
-            engine: Any = importlib.import_module("ultralytics.engine.trainer")
+            engine: Any = ultra.trainer_engine()
             with (
                 _set_for_now(engine, check_amp=_offline_safe_amp_check(engine.check_amp)),
                 self._cpu_ranks(cpuddp.setup_train),
@@ -289,10 +288,9 @@ def _final_eval_skipped(trainer: Any) -> None:
     """Ultralytics' end of training without the final validation: rank 0 strips the checkpoints."""
     if _rank() != 0:
         return
-    strip: Any = importlib.import_module("ultralytics.utils.torch_utils").strip_optimizer
-    ckpt = strip(trainer.last) if trainer.last.exists() else {}
+    ckpt = ultra.strip_optimizer(trainer.last) if trainer.last.exists() else {}
     if trainer.best.exists():
-        strip(trainer.best, updates={"train_results": ckpt.get("train_results")})
+        ultra.strip_optimizer(trainer.best, updates={"train_results": ckpt.get("train_results")})
         _logger.warning(
             "final validation skipped: %s is not visible to the ranks of every node (put the run "
             "directory on storage every node shares); validate it with `yolo val model=%s`",
@@ -340,11 +338,10 @@ def _ema_with_plain_batchnorm(trainer: Any) -> None:
 
 def _offline_safe_amp_check(check_amp: Callable[[Any], bool]) -> Callable[[Any], bool]:
     def check(model: Any) -> bool:
-        utils: Any = importlib.import_module("ultralytics.utils")
-        weights = Path(utils.SETTINGS["weights_dir"]) / "yolo26n.pt"
+        weights = ultra.settings_dirs()["weights_dir"] / "yolo26n.pt"
         params = getattr(model, "parameters", None)
         on_cpu = params is not None and next(params()).device.type == "cpu"  # Ultralytics' check: no AMP
-        if not utils.ONLINE and not weights.is_file() and not on_cpu:
+        if not ultra.online() and not weights.is_file() and not on_cpu:
             _logger.info(
                 "AMP check skipped: offline and no %s to check with (`make weights W=yolo26n.pt` adds it); "
                 "AMP stays on",
@@ -365,8 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The binder gave this rank its GPU alone (CUDA_VISIBLE_DEVICES): Ultralytics must not index
         # the node's device list. The trainer counts the world from WORLD_SIZE.
         args["device"] = os.environ["RIG_CUDA_DEVICE"]
-    yolo: Any = importlib.import_module("ultralytics").YOLO
-    model = yolo(args.pop("model", "yolo11n.pt"))
+    model = ultra.yolo(args.pop("model", "yolo11n.pt"))
     if args.get("resume") is True and stopped_mid_epoch(model.ckpt):
         # Ultralytics' resume=True refuses a checkpoint at epoch -1 (a stop in the first epoch) before
         # the trainer exists; the checkpoint's path, its other form, leaves the decision to the trainer.

@@ -10,20 +10,13 @@ are its own `IMG_FORMATS`.
 
 from __future__ import annotations
 
-import functools
-import importlib
-import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-# Ultralytics 8.4's IMG_FORMATS, for hosts without Ultralytics (the unit tests); in the image the
-# real one is used, and an image test checks that this copy still equals it.
-IMG_FORMATS_FALLBACK = frozenset(
-    {"avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp"}
-)
+from rig.yolo import ultra
 
 
 class DatasetError(ValueError):
@@ -40,26 +33,10 @@ class DataYaml:
         return next((p for p in self.train if not p.exists()), None)
 
 
-@functools.cache
-def image_formats() -> frozenset[str]:
-    """Ultralytics' image suffixes (lower case, no dot)."""
-    try:
-        module = importlib.import_module("ultralytics.data.utils")  # imports torch: only when asked
-    except ImportError:
-        return IMG_FORMATS_FALLBACK
-    return frozenset(module.IMG_FORMATS)
-
-
 def packaged_yaml(name: str) -> Path | None:
     """A dataset yaml shipped inside Ultralytics (coco8.yaml ...), found without importing it."""
-    try:
-        spec = importlib.util.find_spec("ultralytics")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for root in spec.submodule_search_locations:
-        hits = list((Path(root) / "cfg/datasets").rglob(Path(name).name))
+    for root in ultra.package_dirs():
+        hits = list((root / "cfg/datasets").rglob(Path(name).name))
         if hits:
             return hits[0]
     return None
@@ -126,7 +103,7 @@ def images_in(entry: Path) -> list[Path]:
         found = [Path(s.replace("./", parent, 1) if s.startswith("./") else s) for s in lines]
     else:
         return []
-    formats = image_formats()
+    formats = ultra.image_formats()
     return sorted(p for p in found if p.name.rpartition(".")[-1].lower() in formats)
 
 
