@@ -203,11 +203,11 @@ def test_offline_amp_check_is_skipped_without_its_weights(containers: Containers
     code = textwrap.dedent(
         """
         from rig import log
-        from rig.launch import trainer
+        from rig.yolo import trainer
         log.setup()
         def would_download(model):
             raise AssertionError("the check tried to load yolo26n.pt")
-        print("AMP", trainer._offline_safe_amp_check(would_download)(None))
+        print("AMP", trainer.offline_safe_amp_check(would_download)(None))
         """
     )
     rc, out = containers.oneshot(["python", "-c", code], timeout=120)

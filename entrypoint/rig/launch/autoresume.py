@@ -16,9 +16,7 @@ from typing import Any
 
 from rig.errors import RigError
 from rig.yolo import ultra
-
-# Written by rig's trainer into a checkpoint saved by a stop mid-epoch (rig.launch.trainer).
-STOPPED_MID_EPOCH = "rig/stopped_mid_epoch"
+from rig.yolo.trainer import STOPPED_MID_EPOCH  # in a checkpoint saved by a stop mid-epoch
 
 
 @dataclass(frozen=True)
