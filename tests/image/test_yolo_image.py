@@ -51,11 +51,18 @@ print('OK', sorted(ours))
 
 
 def test_rig_reads_data_yamls_with_ultralytics_own_rules(containers: Any) -> None:
-    # rig.yolo.datasets uses Ultralytics' IMG_FORMATS in the image; its copy for hosts must match.
+    # rig.yolo.ultra uses Ultralytics' own IMG_FORMATS, settings and smart_value in the image; its
+    # copies for hosts without Ultralytics must match them.
     code = """
 from ultralytics.data.utils import IMG_FORMATS, check_det_dataset
-from rig.yolo import datasets
-assert datasets.image_formats() == frozenset(IMG_FORMATS) == datasets.IMG_FORMATS_FALLBACK
+from ultralytics.utils import DEFAULT_CFG_DICT, SETTINGS
+from rig.yolo import datasets, overlay, ultra
+assert ultra.image_formats() == frozenset(IMG_FORMATS) == ultra.IMG_FORMATS_FALLBACK
+stock = {k: overlay.upstream_values().get(k, DEFAULT_CFG_DICT[k]) for k in ('imgsz', 'batch')}
+assert stock == {'imgsz': ultra.DEFAULT_IMGSZ, 'batch': ultra.DEFAULT_BATCH}, stock
+dirs = ultra.settings_dirs()
+assert {k: str(v) for k, v in dirs.items()} == {k: SETTINGS[k] for k in dirs}, (dirs, SETTINGS)
+assert ultra.smart_value('[640,480]') == [640, 480] and ultra.smart_value('0.5') == 0.5
 root = datasets.Path('/datasets')
 spec = datasets.load(datasets.locate('demo/data.yaml', root), root)
 assert [str(p) for p in spec.train] == [check_det_dataset('/datasets/demo/data.yaml')['train']], spec

@@ -10,6 +10,7 @@ from typing import Any
 
 from rig import log
 from rig.observe.bench import BenchOptions, compile_blocker, format_table, run_bench
+from rig.yolo import ultra
 
 _logger = log.get("bench")
 
@@ -81,8 +82,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--model", default="yolo11n.yaml", help="model yaml (random weights; default yolo11n.yaml)"
     )
-    p.add_argument("--imgsz", type=int, default=640, help="image size (default 640)")
-    p.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
+    p.add_argument("--imgsz", type=int, default=ultra.DEFAULT_IMGSZ, help="image size (default %(default)s)")
+    p.add_argument("--batch", type=int, default=ultra.DEFAULT_BATCH, help="batch size (default %(default)s)")
     p.add_argument("--workers", type=int, help="loader workers for ours (default: decided from the CPUs)")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True, help="mixed precision (GPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model for the step measure")

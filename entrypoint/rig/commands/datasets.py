@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.yolo import assets, named_datasets
-from rig.yolo.offline import settings_dirs
+from rig.yolo.ultra import settings_dirs
 
 
 def cmd_datasets_get(args: argparse.Namespace) -> int:

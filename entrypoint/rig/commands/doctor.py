@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from rig.observe import doctor, doctor_gather
+from rig.yolo import ultra
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -38,8 +39,16 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--gpus", metavar="N", help="the GPUs training should see, as `rig train --gpus` (N, all, 0,2)"
     )
-    p.add_argument("--batch", type=int, default=16, help="total batch size the shm estimate assumes (16)")
     p.add_argument(
-        "--imgsz", type=int, default=640, help="image size the shm and cache estimates assume (640)"
+        "--batch",
+        type=int,
+        default=ultra.DEFAULT_BATCH,
+        help=f"total batch size the shm estimate assumes ({ultra.DEFAULT_BATCH})",
+    )
+    p.add_argument(
+        "--imgsz",
+        type=int,
+        default=ultra.DEFAULT_IMGSZ,
+        help=f"image size the shm and cache estimates assume ({ultra.DEFAULT_IMGSZ})",
     )
     p.set_defaults(func=cmd_doctor)

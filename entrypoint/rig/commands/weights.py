@@ -12,7 +12,7 @@ from typing import Any
 from rig import log
 from rig.errors import RigError
 from rig.yolo import assets
-from rig.yolo.offline import settings_dirs
+from rig.yolo.ultra import settings_dirs
 
 _logger = log.get("weights")
 

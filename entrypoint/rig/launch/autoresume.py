@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from rig.errors import RigError
-
-# Written by rig's trainer into a checkpoint saved by a stop mid-epoch (rig.launch.trainer).
-STOPPED_MID_EPOCH = "rig/stopped_mid_epoch"
+from rig.yolo import ultra
+from rig.yolo.trainer import STOPPED_MID_EPOCH  # in a checkpoint saved by a stop mid-epoch
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class Decision:
 
 def _load(path: Path) -> Mapping[str, Any]:
     torch: Any = importlib.import_module("torch")
-    importlib.import_module("ultralytics")  # the checkpoint pickles Ultralytics' model classes
+    ultra.load_model_classes()  # the checkpoint pickles Ultralytics' model classes
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     if not isinstance(ckpt, Mapping):
         raise TypeError("not a checkpoint dictionary")

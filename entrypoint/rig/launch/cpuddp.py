@@ -18,6 +18,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from rig.yolo import ultra
+
 
 def cpu_ddp_class(base: type) -> type:
     """DistributedDataParallel that drops the `device_ids=[None]` Ultralytics gives a CPU model."""
@@ -104,7 +106,7 @@ def setup_train() -> Iterator[None]:
 def validation(validator: Any) -> Iterator[None]:
     """Around a validation pass on CPU ranks: collectives through GlooDist in every module of the
     validator's class that holds torch.distributed, the final validation's model on the CPU."""
-    engine: Any = importlib.import_module("ultralytics.engine.validator")
+    engine: Any = ultra.validator_engine()
     dist = engine.dist
     modules: set[Any] = {engine} | {
         sys.modules[c.__module__] for c in type(validator).__mro__ if c.__module__ in sys.modules

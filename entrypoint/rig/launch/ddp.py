@@ -15,6 +15,7 @@ from typing import Any
 
 from rig.errors import RigError
 from rig.launch import levers
+from rig.yolo import ultra
 
 # Long enough for what rank 0 does alone while the others wait in a collective (building the label
 # cache of a large dataset, a validation pass), short enough that a dead rank costs minutes.
@@ -113,7 +114,7 @@ def without_rect(
     """The arguments for `world` ranks with rect= off for training, and the WARNING that says so
     (Ultralytics' own check runs only in its DDP parent, which rig's torchrun launch replaces)."""
     args = dict(user_args)
-    if world <= 1 or not levers.switched_on(args.get("rect"), typed or levers.ultralytics_value()):
+    if world <= 1 or not levers.switched_on(args.get("rect"), typed or ultra.smart_value):
         return args, None
     warning = RECT_WARNING.format(value=args["rect"], world=world)
     args["rect"] = "False"

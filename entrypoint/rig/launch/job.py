@@ -12,14 +12,12 @@ command.
 
 from __future__ import annotations
 
-import importlib
 import os
 import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import rig
 from rig import log, paths, safepython
@@ -28,7 +26,7 @@ from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes, trainarg
 from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
 from rig.observe.metrics import config as metrics_config
-from rig.yolo import tuning
+from rig.yolo import tuning, ultra
 from rig.yolo.nodecache import prepare
 
 _logger = log.get("launch")
@@ -209,24 +207,8 @@ def topology(sysfs_root: str | None = None, gpu_bus_ids: str | None = None) -> T
     return read_topology(root, ids)
 
 
-def _settings_dir(key: str, fallback: Path) -> Path:
-    try:
-        settings: Any = importlib.import_module("ultralytics.utils").SETTINGS
-    except ImportError:
-        return fallback
-    return Path(settings[key])
-
-
 def _runs_dir() -> Path:
-    return _settings_dir("runs_dir", Path("runs").absolute())
-
-
-def _ultralytics_default(key: str, fallback: float) -> float:
-    try:
-        cfg: Any = importlib.import_module("ultralytics.utils").DEFAULT_CFG_DICT
-    except ImportError:
-        return fallback
-    return float(cfg.get(key, fallback))
+    return ultra.settings_dirs()["runs_dir"]
 
 
 def make_plan(topology: Topology, gpu_ids: list[int]) -> list[binding.RankBinding]:
@@ -277,12 +259,7 @@ def _check_dataset(args: Mapping[str, str]) -> None:
     if not data:
         return
     try:
-        checks: Any = importlib.import_module("ultralytics.data.utils")
-    except ImportError:
-        return
-    try:
-        classify = trainargs.guess_task(args) == "classify"
-        (checks.check_cls_dataset if classify else checks.check_det_dataset)(data)
+        ultra.check_dataset(data, trainargs.guess_task(args))
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise RigError(f"dataset {data}: {first}") from None
@@ -444,14 +421,14 @@ def _train_args(
     variables the levers give the trainer."""
     cpu = devices.kind != "gpu"
     args, lever_env = trainargs.with_levers(
-        user, world=world, cpu=cpu, smart_value=levers.ultralytics_value()
+        user, world=world, cpu=cpu, smart_value=ultra.smart_value
     )
     args = trainargs.with_defaults(
-        args, demo_data=DEMO_DATA, weights_dir=_settings_dir("weights_dir", Path("weights"))
+        args, demo_data=DEMO_DATA, weights_dir=ultra.settings_dirs()["weights_dir"]
     )
     args = trainargs.with_resume(args, runs_dir=_runs_dir())
     args = {**args, "device": device_arg(devices, placed)}
-    args = trainargs.with_batch(args, world, _ultralytics_default("batch", 16))
+    args = trainargs.with_batch(args, world, float(ultra.default("batch")))
     nranks, rank_cpus = len(placed.bindings), len(placed.bindings[0].cpus)
     decisions = tuning.launch_decisions(
         user_args=args, data=args.get("data"), rank_cpus=rank_cpus, nranks=nranks, world=world

@@ -8,10 +8,11 @@ share BatchNorm statistics with (rig.launch.syncbn converts the model).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from rig.yolo import ultra
 
 SYNC_BN_ENV = "RIG_SYNC_BN"  # read by the trainer: "1" converts the model's BatchNorm layers
 
@@ -34,29 +35,14 @@ class Levers:
     warnings: tuple[str, ...] = ()
 
 
-def _plain_value(text: str) -> Any:
-    """Ultralytics' smart_value for the values a switch takes, where Ultralytics is not installed."""
-    low = text.strip().lower()
-    if low in {"true", "false", "none"}:
-        return {"true": True, "false": False, "none": None}[low]
-    return int(low) if low.lstrip("-").isdigit() else text
-
-
-def ultralytics_value() -> Callable[[str], Any]:
-    try:
-        return importlib.import_module("ultralytics.cfg").smart_value  # type: ignore[no-any-return]
-    except ImportError:
-        return _plain_value
-
-
-def switched_on(raw: str | None, typed: Callable[[str], Any] = _plain_value) -> bool:
+def switched_on(raw: str | None, typed: Callable[[str], Any] = ultra.smart_value) -> bool:
     """Whether key=raw asks for the lever, as Ultralytics reads it: True, 1 or a compile mode
     ('default', 'max-autotune'...) yes; False, 0, none, empty or absent no."""
     return raw is not None and bool(typed(raw))
 
 
 def decide(
-    user_args: Mapping[str, str], *, world: int, cpu: bool, typed: Callable[[str], Any] = _plain_value
+    user_args: Mapping[str, str], *, world: int, cpu: bool, typed: Callable[[str], Any] = ultra.smart_value
 ) -> Levers:
     """The levers for a run of `world` ranks (cpu: on CPU ranks). A pure function of its arguments."""
     args = {k: v for k, v in user_args.items() if k != "sync_bn"}

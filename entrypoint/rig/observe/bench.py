@@ -31,14 +31,14 @@ from rig import log
 from rig.errors import RigError
 from rig.observe import cachebench, nvml
 from rig.observe.telemetry import StepTimer, StepTotals, nvml_run_gpus
-from rig.yolo import datasets, device_augment, overlay, tuning
+from rig.yolo import datasets, device_augment, overlay, tuning, ultra
 from rig.yolo.nodecache import cached_dataset
 
 _logger = log.get("bench")
 
 
 def _imp(name: str) -> Any:
-    """Import torch, Ultralytics and NVML only when measuring: `rig` stays importable without them."""
+    """Import torch and NVML only when measuring: `rig` stays importable without them."""
     return importlib.import_module(name)
 
 
@@ -46,8 +46,8 @@ def _imp(name: str) -> Any:
 class BenchOptions:
     data: str | None = None  # a data yaml; None generates the shapes dataset
     model: str = "yolo11n.yaml"  # an architecture: random weights, nothing to download
-    imgsz: int = 640
-    batch: int = 16
+    imgsz: int = ultra.DEFAULT_IMGSZ
+    batch: int = ultra.DEFAULT_BATCH
     workers: int | None = None  # ours: None lets the launch decision pick
     amp: bool = True
     compile: bool = False
@@ -162,7 +162,7 @@ def settings(
     opts: BenchOptions, train_images: int | None
 ) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """The loader settings for stock and ours, and the reasons for ours."""
-    cfg = _imp("ultralytics.cfg").DEFAULT_CFG_DICT
+    cfg = ultra.default_cfg()
     # In the image cfg is already ours and upstream.yaml records what the overlay replaced; in a
     # plain environment (tools/gpu_check_bench.sh) cfg is stock and the overlay is read from
     # RIG_CONFIGS_DIR. Keys the overlay leaves alone are the same in both.
@@ -193,15 +193,13 @@ def settings(
 def _dataset(data: dict[str, Any], opts: BenchOptions, cache: Any, ours: bool = False) -> tuple[Any, float]:
     """ours: as under `rig train`, cache=ram in the node image cache and colour and layout left to
     the device (unless RIG_DEVICE_AUGMENT=0)."""
-    get_cfg = _imp("ultralytics.cfg").get_cfg
-    build_yolo_dataset = _imp("ultralytics.data").build_yolo_dataset
-    cfg = get_cfg(overrides={"imgsz": opts.imgsz, "batch": opts.batch, "cache": cache})
+    cfg = ultra.get_cfg({"imgsz": opts.imgsz, "batch": opts.batch, "cache": cache})
     t0 = time.perf_counter()
     with contextlib.ExitStack() as hooks:
         if ours:
             hooks.enter_context(cached_dataset.in_use(cfg))
             hooks.enter_context(device_augment.in_use("train"))
-        ds = build_yolo_dataset(cfg, data["train"], opts.batch, data, mode="train", stride=32)
+        ds = ultra.build_yolo_dataset(cfg, data["train"], opts.batch, data, mode="train", stride=32)
     return ds, time.perf_counter() - t0
 
 
@@ -230,9 +228,7 @@ def tail_ms_per_image(batch: dict[str, Any], device: Any, repeats: int = TAIL_RE
 
 
 def _loader_img_s(dataset: Any, opts: BenchOptions, workers: int, batches: int, device: str) -> float:
-    loader = _imp("ultralytics.data").build_dataloader(
-        dataset, opts.batch, workers, shuffle=True, rank=-1, device=device
-    )
+    loader = ultra.build_dataloader(dataset, opts.batch, workers, shuffle=True, rank=-1, device=device)
     try:
         it = _forever(loader)
         for _ in range(max(workers, 1) + 1):  # worker start-up is not throughput
@@ -270,15 +266,13 @@ def _step(
 ) -> StepResult:
     """The step eager, then the same model compiled (the same weights and batch), each timed alone."""
     torch = _imp("torch")
-    get_cfg = _imp("ultralytics.cfg").get_cfg
-    DetectionModel = _imp("ultralytics.nn.tasks").DetectionModel
     cuda = device.type == "cuda"
     deterministic = opts.deterministic
     if deterministic is None:
-        deterministic = bool(_imp("ultralytics.cfg").DEFAULT_CFG_DICT["deterministic"])
-    _imp("ultralytics.utils.torch_utils").init_seeds(0, deterministic=deterministic)  # as the trainer does
-    model = DetectionModel(opts.model, nc=len(data["names"]), verbose=False).to(device)
-    model.args = get_cfg(overrides={"imgsz": opts.imgsz, "batch": opts.batch})
+        deterministic = bool(ultra.default_cfg()["deterministic"])
+    ultra.init_seeds(0, deterministic)  # as the trainer does
+    model = ultra.detection_model(opts.model, len(data["names"])).to(device)
+    model.args = ultra.get_cfg({"imgsz": opts.imgsz, "batch": opts.batch})
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
     use_amp = opts.amp and cuda  # Ultralytics trains in fp32 on CPU
@@ -405,7 +399,6 @@ STARTUP_BATCHES = 3  # the real run's first batches (workers starting, cudnn aut
 def _train_run(data_yaml: Path, ours: dict[str, Any], opts: BenchOptions, device: Any) -> TrainResult:
     """One short epoch with rig's trainer (Ultralytics' with the device tail), its steps timed as
     telemetry times them."""
-    YOLO = _imp("ultralytics").YOLO
     rig_trainer_class = _imp("rig.launch.trainer").rig_trainer_class
     timer = StepTimer()
     seen = 0
@@ -419,7 +412,7 @@ def _train_run(data_yaml: Path, ours: dict[str, Any], opts: BenchOptions, device
             timer.drain()
             gpu.restart()  # utilisation over the measured steps only, as their img/s is
 
-    model = YOLO(opts.model)
+    model = ultra.yolo(opts.model)
     model.add_callback("on_train_epoch_start", lambda _t: timer.epoch_start())
     model.add_callback("on_train_batch_start", lambda _t: timer.batch_start())
     model.add_callback("on_train_batch_end", batch_end)
@@ -490,7 +483,7 @@ def _bench_data(opts: BenchOptions) -> Path:
     from rig.yolo.demo_data import YAML_NAME, make_demo_dataset
 
     # In the datasets volume, so it is generated once; a temporary directory if that is read-only.
-    base = Path(_imp("ultralytics.utils").SETTINGS["datasets_dir"]) / ".rig-bench"
+    base = ultra.datasets_dir() / ".rig-bench"
     try:
         base.mkdir(parents=True, exist_ok=True)
         writable = os.access(base, os.W_OK)
@@ -510,16 +503,14 @@ def run_bench(opts: BenchOptions) -> BenchResult:
     # Ultralytics' progress bars and per-dataset chatter would bury the table; its warnings stay.
     os.environ.setdefault("YOLO_VERBOSE", "False")
     torch = _imp("torch")
-    check_det_dataset = _imp("ultralytics.data.utils").check_det_dataset
     cuda = torch.cuda.is_available() and opts.device != "cpu"
     device = torch.device(
         opts.device if opts.device and opts.device != "cpu" else ("cuda:0" if cuda else "cpu")
     )
     plan = _plan(opts, device.type == "cuda")
     data_yaml = _bench_data(opts)
-    data = check_det_dataset(str(data_yaml))
-    datasets_dir = Path(_imp("ultralytics.utils").SETTINGS["datasets_dir"])
-    n_train = datasets.count_train_images(str(data_yaml), datasets_dir)
+    data = ultra.check_dataset(str(data_yaml)) or {}
+    n_train = datasets.count_train_images(str(data_yaml), ultra.datasets_dir())
     stock, ours, reasons = settings(opts, n_train)
     for reason in reasons:
         _logger.info("ours: %s", reason)
@@ -605,9 +596,7 @@ def _cache_bench(data: dict[str, Any], opts: BenchOptions, plan: _Plan) -> cache
 
 
 def _first_batch(dataset: Any, opts: BenchOptions) -> Any:
-    return _imp("ultralytics.data").build_dataloader(
-        dataset, opts.batch, 0, shuffle=False, rank=-1, device="cpu"
-    )
+    return ultra.build_dataloader(dataset, opts.batch, 0, shuffle=False, rank=-1, device="cpu")
 
 
 def format_table(res: BenchResult) -> str:

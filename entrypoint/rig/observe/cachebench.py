@@ -16,7 +16,6 @@ not), plus the cache file's bytes in the page cache (mincore).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import multiprocessing
 import os
 import queue as queues
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
+from rig.yolo import ultra
 from rig.yolo.nodecache import imagecache
 
 _logger = log.get("bench")
@@ -82,22 +82,20 @@ def _anon_bytes() -> int:
 def _rank(job: _Job, rank: int, barrier: Any, results: Any) -> None:
     """One rank: build the dataset at the common start, then run its loader with the others."""
     os.environ.update({"RIG_CACHE_DIR": job.cache_dir, "LOCAL_RANK": str(rank), "YOLO_VERBOSE": "False"})
-    cfg_mod: Any = importlib.import_module("ultralytics.cfg")
-    data_mod: Any = importlib.import_module("ultralytics.data")
     from rig.yolo import device_augment
     from rig.yolo.nodecache import cached_dataset
 
-    cfg = cfg_mod.get_cfg(overrides={"imgsz": job.imgsz, "batch": job.batch, "cache": "ram"})
+    cfg = ultra.get_cfg({"imgsz": job.imgsz, "batch": job.batch, "cache": "ram"})
     barrier.wait(TIMEOUT_S)
     before, t0 = _anon_bytes(), time.monotonic()
     with contextlib.ExitStack() as hooks:
         if job.phase != "stock":  # as rig train builds it: the node cache, colour left to the device
             hooks.enter_context(cached_dataset.in_use(cfg))
             hooks.enter_context(device_augment.in_use("train", announce=False))
-        ds = data_mod.build_yolo_dataset(cfg, job.data["train"], job.batch, job.data, mode="train", stride=32)
+        ds = ultra.build_yolo_dataset(cfg, job.data["train"], job.batch, job.data, mode="train", stride=32)
     t1 = time.monotonic()
     results.put(("built", rank, t0, t1, _anon_bytes() - before))
-    loader = data_mod.build_dataloader(ds, job.batch, job.workers, shuffle=True, rank=-1, device="cpu")
+    loader = ultra.build_dataloader(ds, job.batch, job.workers, shuffle=True, rank=-1, device="cpu")
     it = iter(loader)
     for _ in range(job.workers + 1):  # worker start-up is not throughput
         next(it)

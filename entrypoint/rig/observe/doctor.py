@@ -20,7 +20,7 @@ from rig.launch.binding import Plan
 from rig.launch.topology import Topology, format_cpulist
 from rig.observe.bench import BenchResult
 from rig.versions import DEFAULT_STACK, STACKS, Stack, stack_named
-from rig.yolo import settings
+from rig.yolo import settings, ultra
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -92,8 +92,8 @@ class Facts:
     plan: Plan | None = None
     shm_total: int = 0
     shm_free: int = 0
-    batch: int = 16
-    imgsz: int = 640
+    batch: int = ultra.DEFAULT_BATCH
+    imgsz: int = ultra.DEFAULT_IMGSZ
     shm_batches_per_worker: int = 8
     memlock: tuple[int, int] = (-1, -1)  # soft, hard; -1 is unlimited (RLIM_INFINITY)
     stack: tuple[int, int] = (-1, -1)

@@ -26,7 +26,7 @@ from rig.observe.bench import BenchResult
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
 from rig.observe.nvml import describe_error, session
 from rig.workstation import userenv
-from rig.yolo import datasets, settings, tuning
+from rig.yolo import datasets, settings, tuning, ultra
 from rig.yolo.nodecache import cached_dataset, imagecache
 
 SAMPLE_FILES = 256
@@ -122,8 +122,8 @@ def gather(
     data: str | None = None,
     bench: bool = False,
     gpus: str | None = None,
-    batch: int = 16,
-    imgsz: int = 640,
+    batch: int = ultra.DEFAULT_BATCH,
+    imgsz: int = ultra.DEFAULT_IMGSZ,
     arch_flags: tuple[str, ...] | None = None,
 ) -> Facts:
     """arch_flags: torch's GPU code; None reads it from the installed torch (torch_arch_flags)."""
@@ -242,7 +242,7 @@ def read_sample(images: list[Path]) -> tuple[int, int, float, tuple[str, ...]]:
 def gather_dataset(
     data: str, root: Path, *, batch: int, imgsz: int, nranks: int, rank_cpus: int
 ) -> DatasetFacts:
-    datasets_dir = root / paths.DATASETS.relative_to("/")
+    datasets_dir = ultra.datasets_dir(root=root)
     path = datasets.locate(data, datasets_dir)
     if path is None:
         return DatasetFacts(data, error=f"not found (looked in the working directory and {datasets_dir})")

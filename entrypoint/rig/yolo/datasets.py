@@ -15,9 +15,6 @@ folder (`moved_from` keeps the path as written; `portable` gives Ultralytics a c
 
 from __future__ import annotations
 
-import functools
-import importlib
-import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,14 +22,10 @@ from pathlib import Path
 
 import yaml
 
+from rig.yolo import ultra
+
 SPLITS = ("train", "val", "test", "minival")  # the keys Ultralytics resolves under the root
 MOVABLE_SPLITS = ("train", "val")  # what the yaml's folder must hold to stand in for a missing path:
-
-# Ultralytics 8.4's IMG_FORMATS, for hosts without Ultralytics (the unit tests); in the image the
-# real one is used, and an image test checks that this copy still equals it.
-IMG_FORMATS_FALLBACK = frozenset(
-    {"avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp"}
-)
 
 
 class DatasetError(ValueError):
@@ -50,32 +43,16 @@ class DataYaml:
         return next((p for p in self.train if not p.exists()), None)
 
 
-@functools.cache
-def image_formats() -> frozenset[str]:
-    """Ultralytics' image suffixes (lower case, no dot)."""
-    try:
-        module = importlib.import_module("ultralytics.data.utils")  # imports torch: only when asked
-    except ImportError:
-        return IMG_FORMATS_FALLBACK
-    return frozenset(module.IMG_FORMATS)
-
-
 def is_image(path: Path) -> bool:
-    """Whether Ultralytics takes the file for an image (by its suffix, any case)."""
+    """Whether Ultralytics takes the file for an image (by its suffix, any case: rig.yolo.ultra's list)."""
     _, dot, suffix = path.name.rpartition(".")
-    return bool(dot) and suffix.lower() in image_formats()
+    return bool(dot) and suffix.lower() in ultra.image_formats()
 
 
 def packaged_yaml(name: str) -> Path | None:
     """A dataset yaml shipped inside Ultralytics (coco8.yaml ...), found without importing it."""
-    try:
-        spec = importlib.util.find_spec("ultralytics")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for root in spec.submodule_search_locations:
-        hits = list((Path(root) / "cfg/datasets").rglob(Path(name).name))
+    for root in ultra.package_dirs():
+        hits = list((root / "cfg/datasets").rglob(Path(name).name))
         if hits:
             return hits[0]
     return None

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rig import flags, log
+from rig.yolo import ultra
 
 _logger = log.get("trainer")
 SWITCH = "RIG_DEVICE_AUGMENT"  # 0: Ultralytics' own pipeline, colour and layout in the workers
@@ -54,7 +55,7 @@ def describe(on: bool) -> str:
 
 
 def _augment() -> Any:
-    return importlib.import_module("ultralytics.data.augment")
+    return ultra.module("data.augment")
 
 
 @functools.cache
@@ -130,7 +131,7 @@ def __getattr__(name: str) -> Any:
         if inner.startswith("NodeCached"):
             base = getattr(importlib.import_module("rig.yolo.nodecache.cached_dataset"), inner)
         else:
-            base = getattr(importlib.import_module("ultralytics.data.dataset"), inner, None)
+            base = getattr(ultra.module("data.dataset"), inner, None)
         if base is not None:
             return device_augmented(base)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -164,7 +165,7 @@ def in_use(mode: str, environ: Mapping[str, str] | None = None, announce: bool =
     if not enabled(env):
         yield
         return
-    build: Any = importlib.import_module("ultralytics.data.build")
+    build: Any = ultra.module("data.build")
     kept = {name: getattr(build, name) for name in _CLASSES}
     for name, cls in kept.items():
         setattr(build, name, device_augmented(cls))

@@ -18,7 +18,7 @@ from typing import Any
 
 from rig import log, paths
 from rig.errors import RigError
-from rig.yolo import datasets
+from rig.yolo import datasets, ultra
 
 _logger = log.get("export")
 
@@ -95,7 +95,7 @@ def find_images(given: Sequence[Path], limit: int, fallback: Sequence[Path] = (D
             raise RigError(f"no such file or folder: {', '.join(missing)}", option="--images")
         found = collect(given)
         if not found:
-            suffixes = ", ".join(f".{s}" for s in sorted(datasets.image_formats()))
+            suffixes = ", ".join(f".{s}" for s in sorted(ultra.image_formats()))
             raise RigError(f"no images ({suffixes}) in {given[0]}", option="--images")
         return found
     for folder in fallback:
@@ -131,7 +131,7 @@ def _preprocess(path: Path, imgsz: tuple[int, int], stride: int) -> Any:
     """The predictor's preprocessing: letterbox to imgsz, BGR to RGB, CHW, [0, 1], a batch of one."""
     np = _np()
     cv2 = importlib.import_module("cv2")
-    augment = importlib.import_module("ultralytics.data.augment")
+    augment = ultra.module("data.augment")
     image = cv2.imread(str(path))
     if image is None:
         raise RigError(f"cannot read image {path}")
@@ -142,8 +142,8 @@ def _preprocess(path: Path, imgsz: tuple[int, int], stride: int) -> Any:
 
 def _train_imgsz(model: Any) -> int | list[int]:
     ckpt = getattr(model, "ckpt", None) or {}
-    imgsz = (ckpt.get("train_args") or {}).get("imgsz", 640)
-    return imgsz if isinstance(imgsz, int | list) else 640
+    imgsz = (ckpt.get("train_args") or {}).get("imgsz", ultra.DEFAULT_IMGSZ)
+    return imgsz if isinstance(imgsz, int | list) else ultra.DEFAULT_IMGSZ
 
 
 def export_onnx(
@@ -164,7 +164,7 @@ def export_onnx(
         raise RigError(f"cannot write the .onnx next to {weights}; copy it to a writable folder first")
     samples = find_images(images, max_images)
     if not samples:
-        assets = Path(importlib.import_module("ultralytics.utils").ASSETS)
+        assets = Path(ultra.module("utils").ASSETS)
         samples = find_images((), max_images, fallback=(assets,))
     if not samples:
         raise RigError("no sample images to check the export with; pass --images DIR")
@@ -172,10 +172,9 @@ def export_onnx(
     np = _np()
     torch = importlib.import_module("torch")
     ort = importlib.import_module("onnxruntime")
-    yolo = importlib.import_module("ultralytics").YOLO
 
     try:
-        model = yolo(str(weights))
+        model = ultra.yolo(str(weights))
     except Exception as e:  # a truncated download, a plain state_dict, another library's checkpoint
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]  # one line: Ultralytics' are long
         raise RigError(f"cannot load {weights} as Ultralytics weights: {reason}") from None
@@ -184,7 +183,7 @@ def export_onnx(
         model.export(format="onnx", simplify=True, imgsz=size, dynamic=False, device="cpu", opset=opset)
     )
     # A fresh, unfused float32 copy: export fuses and patches the model it was given.
-    reference_model = yolo(str(weights)).model.float().eval()
+    reference_model = ultra.yolo(str(weights)).model.float().eval()
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     net_input = session.get_inputs()[0]
     hw = (int(net_input.shape[2]), int(net_input.shape[3]))

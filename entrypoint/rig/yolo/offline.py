@@ -8,30 +8,17 @@ datasets_dir (the `weights` and `datasets` volumes).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rig import log, paths
+from rig import log
 from rig.errors import RigError
-from rig.yolo import datasets
+from rig.yolo import datasets, ultra
 
 _logger = log.get("yolo")
 
 WEIGHT_SUFFIXES = (".pt", ".pth", ".onnx", ".engine", ".torchscript", ".safetensors")
-_DEFAULTS = {"weights_dir": str(paths.WEIGHTS), "datasets_dir": str(paths.DATASETS)}
-
-
-def settings_dirs(environ: Mapping[str, str] = os.environ) -> dict[str, Path]:
-    """weights_dir and datasets_dir from the baked Ultralytics settings (without importing it)."""
-    values = dict(_DEFAULTS)
-    cfg = environ.get("YOLO_CONFIG_DIR")
-    if cfg:
-        with contextlib.suppress(OSError, ValueError):
-            values.update(json.loads((Path(cfg) / "Ultralytics/settings.json").read_text()))
-    return {k: Path(str(values[k])) for k in _DEFAULTS}
 
 
 def missing_weights(model: str, weights_dir: Path) -> str | None:
@@ -70,7 +57,7 @@ def missing_data(data: str, datasets_dir: Path) -> str | None:
 
 def check_args(args: Sequence[str], environ: Mapping[str, str] = os.environ) -> None:
     """Raise RigError for the first missing model=/data= among Ultralytics key=value arguments."""
-    dirs = settings_dirs(environ)
+    dirs = ultra.settings_dirs(environ)
     kv = dict(a.split("=", 1) for a in args if "=" in a)
     problems = [
         missing_weights(kv["model"], dirs["weights_dir"]) if "model" in kv else None,

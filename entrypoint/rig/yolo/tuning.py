@@ -28,12 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from rig import paths
-from rig.yolo import datasets
+from rig.yolo import datasets, ultra
 from rig.yolo.nodecache import imagecache
 
 GIB = 1 << 30
-DEFAULT_IMGSZ = 640
-DEFAULT_BATCH = 16
 # The per-rank batch Ultralytics' AutoBatch may pick (batch=-1 or a fraction) is unknown before
 # training; size /dev/shm for a large one.
 AUTOBATCH_ASSUMED = 64
@@ -144,14 +142,14 @@ def read_resources(sys_root: Path = Path("/"), environ: Mapping[str, str] | None
 
 def _imgsz(user_args: Mapping[str, str]) -> int:
     nums = [int(n) for n in re.findall(r"\d+", user_args.get("imgsz", ""))]
-    return max(nums) if nums else DEFAULT_IMGSZ
+    return max(nums) if nums else ultra.DEFAULT_IMGSZ
 
 
 def _rank_batch(user_args: Mapping[str, str], world: int) -> int:
     try:
-        batch = float(user_args.get("batch", DEFAULT_BATCH))
+        batch = float(user_args.get("batch", ultra.DEFAULT_BATCH))
     except ValueError:
-        batch = DEFAULT_BATCH
+        batch = ultra.DEFAULT_BATCH
     if batch < 1:  # AutoBatch: -1 or a GPU memory fraction
         return AUTOBATCH_ASSUMED
     # Ultralytics splits the batch over the global world size: every rank of every node.
@@ -318,7 +316,7 @@ def launch_decisions(
 ) -> list[Decision]:
     """Discover the machine and the dataset, then decide (see `decide`)."""
     if datasets_dir is None:
-        datasets_dir = sys_root / paths.DATASETS.relative_to("/")
+        datasets_dir = ultra.datasets_dir(root=sys_root)
     images, full_size = None, None
     located = datasets.locate(data, datasets_dir) if data else None
     if located is not None and located.is_dir():  # a classification dataset

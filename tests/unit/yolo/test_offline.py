@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from rig.errors import RigError
-from rig.yolo.offline import check_args, missing_data, missing_weights, settings_dirs
+from rig.yolo.offline import check_args, missing_data, missing_weights
 
 from tests.helpers.datasets import make_dataset
 
@@ -24,11 +24,6 @@ def vols(tmp_path: Path) -> dict[str, str]:
     dirs = {"weights_dir": str(tmp_path / "weights"), "datasets_dir": str(tmp_path / "datasets")}
     (cfg / "settings.json").write_text(json.dumps(dirs))
     return {"YOLO_CONFIG_DIR": str(tmp_path / "cfg")}
-
-
-def test_settings_dirs(vols: dict[str, str], tmp_path: Path) -> None:
-    assert settings_dirs(vols) == {"weights_dir": tmp_path / "weights", "datasets_dir": tmp_path / "datasets"}
-    assert settings_dirs({}) == {"weights_dir": Path("/weights"), "datasets_dir": Path("/datasets")}
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from typing import Any
 from rig import log
 from rig.observe.metrics import config
 from rig.observe.metrics.node import serve_node
+from rig.yolo import ultra
 
 LOG = log.get("metrics")
 
@@ -234,10 +235,7 @@ class Publisher:
 
 
 def _ultralytics_version() -> str:
-    try:
-        return str(importlib.import_module("ultralytics").__version__)
-    except (ImportError, AttributeError):
-        return ""
+    return ultra.version()
 
 
 def _shard_size(loader: Any) -> int | None:

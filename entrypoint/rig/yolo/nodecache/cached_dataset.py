@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
+from rig.yolo import ultra
 from rig.yolo.nodecache import imagecache
 
 _logger = log.get("imagecache")
@@ -48,7 +49,6 @@ def settings(ds: Any) -> dict[str, Any]:
 
 def settings_for(imgsz: Any, channels: int, cv2_flag: int | None = None) -> dict[str, Any]:
     cv2: Any = importlib.import_module("cv2")
-    ultralytics: Any = importlib.import_module("ultralytics")
     if cv2_flag is None:  # as BaseDataset picks it
         cv2_flag = {1: cv2.IMREAD_GRAYSCALE, 3: cv2.IMREAD_COLOR}.get(channels, cv2.IMREAD_UNCHANGED)
     return {
@@ -56,7 +56,7 @@ def settings_for(imgsz: Any, channels: int, cv2_flag: int | None = None) -> dict
         "channels": channels,
         "cv2_flag": cv2_flag,
         "resize": RESIZE_MODE,
-        "ultralytics": ultralytics.__version__,
+        "ultralytics": ultra.module().__version__,  # ImportError without it, as cv2
         "opencv": cv2.__version__,
     }
 
@@ -130,7 +130,7 @@ def preparing() -> Iterator[None]:
 def node_cached(base: Any) -> Any:
     """base with its cache=ram images in the node's cache file; base itself when it loads or caches
     images its own way (then the file would not hold what it loads)."""
-    core: Any = importlib.import_module("ultralytics.data.base").BaseDataset
+    core: Any = ultra.module("data.base").BaseDataset
     if base.load_image is not core.load_image or base.cache_images is not core.cache_images:
         return base
 
@@ -165,7 +165,7 @@ def node_cached(base: Any) -> Any:
 def __getattr__(name: str) -> Any:
     """NodeCachedYOLODataset and its siblings, made on first use (unpickling in a spawned worker)."""
     if name.startswith("NodeCached"):
-        dataset: Any = importlib.import_module("ultralytics.data.dataset")
+        dataset: Any = ultra.module("data.dataset")
         base = getattr(dataset, name.removeprefix("NodeCached"), None)
         if base is not None:
             return node_cached(base)
@@ -218,7 +218,7 @@ def in_use(cfg: Any) -> Iterator[None]:
     if not wanted(cfg):
         yield
         return
-    build: Any = importlib.import_module("ultralytics.data.build")
+    build: Any = ultra.module("data.build")
     kept = {name: getattr(build, name) for name in _CLASSES}
     for name, cls in kept.items():
         setattr(build, name, node_cached(cls))

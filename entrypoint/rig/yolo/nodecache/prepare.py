@@ -17,11 +17,10 @@ the CPU that wrote it.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
-from typing import Any
 
 from rig import log
+from rig.yolo import ultra
 from rig.yolo.nodecache import cached_dataset, imagecache
 
 _logger = log.get("prepare")
@@ -42,23 +41,19 @@ def before_ranks(args: Mapping[str, str], *, nranks: int, world: int) -> dict[st
     """Scan the labels and build the node image cache (cache=ram) of the train and val sets. Returns
     the arguments for the ranks: cache=False when the node cache cannot be used by several ranks."""
     out = dict(args)
-    try:
-        cfg_mod: Any = importlib.import_module("ultralytics.cfg")
-        build: Any = importlib.import_module("ultralytics.data.build")
-        checks: Any = importlib.import_module("ultralytics.utils.checks")
-        data_utils: Any = importlib.import_module("ultralytics.data.utils")
-    except ImportError:
+    checks = ultra.optional("utils.checks")
+    if checks is None:
         return out
-    cfg = cfg_mod.get_cfg(overrides={k: v if k in _TEXT else cfg_mod.smart_value(v) for k, v in args.items()})
+    cfg = ultra.get_cfg({k: v if k in _TEXT else ultra.smart_value(v) for k, v in args.items()})
     cfg.imgsz = checks.check_imgsz(cfg.imgsz, stride=_STRIDE, floor=_STRIDE, max_dim=1)
-    data = data_utils.check_det_dataset(str(args["data"]))
-    batch = max(int(cfg.batch) // max(world, 1), 1) if cfg.batch and cfg.batch >= 1 else 16
+    data = ultra.check_dataset(str(args["data"])) or {}
+    batch = max(int(cfg.batch) // max(world, 1), 1) if cfg.batch and cfg.batch >= 1 else ultra.DEFAULT_BATCH
     for mode, split in (("train", data.get("train")), ("val", data.get("val") or data.get("test"))):
         if not split:
             continue
         try:
             with cached_dataset.in_use(cfg), cached_dataset.preparing():
-                ds = build.build_yolo_dataset(
+                ds = ultra.build_yolo_dataset(
                     cfg, split, batch, data, mode=mode, rect=mode == "val", stride=_STRIDE
                 )
             _logger.info("%s: %d images and their labels ready before the ranks start", mode, len(ds))
