@@ -147,11 +147,11 @@ def package_modules(package: Path) -> set[str]:
 
 
 def rig_commands(cli: Path) -> set[str]:
-    """`rig` sub-commands from cli.py's COMMAND_MODULES: `rig.commands.demo_data` is `demo-data`."""
+    """`rig` sub-commands: the keys of cli.py's COMMANDS (each command's name and one-line help)."""
     for node in ast.walk(ast.parse(cli.read_text())):
-        if isinstance(node, ast.AnnAssign | ast.Assign) and "COMMAND_MODULES" in ast.unparse(node):
-            value = ast.literal_eval(node.value) if node.value else ()
-            return {m.rsplit(".", 1)[-1].replace("_", "-") for m in value}
+        if isinstance(node, ast.AnnAssign | ast.Assign) and "COMMANDS" in ast.unparse(node).split("=")[0]:
+            value = ast.literal_eval(node.value) if node.value else {}
+            return set(value)
     return set()
 
 
@@ -430,7 +430,7 @@ def test_the_package_map_names_every_module() -> None:
 
 def test_every_rig_command_is_in_the_reference(reference: str) -> None:
     commands = rig_commands(PACKAGE / "cli.py")
-    assert commands, "found no commands in rig/cli.py's COMMAND_MODULES: the scan is broken"
+    assert commands, "found no commands in rig/cli.py's COMMANDS: the scan is broken"
     listed = set(re.findall(r"^\s*\|\s*`rig ([a-z-]+)", reference, re.M))
     missing = sorted(commands - listed)
     assert not missing, f"`rig` commands missing from the table of {REFERENCE.relative_to(REPO)}: {missing}"

@@ -22,7 +22,7 @@ from pathlib import Path
 import rig
 from rig import log, paths, safepython
 from rig.errors import RigError
-from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes, trainargs
+from rig.launch import autoresume, binding, ddp, gpuenv, nodes, trainargs
 from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
 from rig.observe.metrics import config as metrics_config
@@ -420,9 +420,7 @@ def _train_args(
     """The trainer's arguments (rig.launch.trainargs' rules, with what Ultralytics knows) and the
     variables the levers give the trainer."""
     cpu = devices.kind != "gpu"
-    args, lever_env = trainargs.with_levers(
-        user, world=world, cpu=cpu, smart_value=ultra.smart_value
-    )
+    args, lever_env = trainargs.with_levers(user, world=world, cpu=cpu, smart_value=ultra.smart_value)
     args = trainargs.with_defaults(
         args, demo_data=DEMO_DATA, weights_dir=ultra.settings_dirs()["weights_dir"]
     )

@@ -22,7 +22,7 @@ import yaml
 
 from rig import log
 from rig.errors import RigError
-from rig.yolo import datasets, offline
+from rig.yolo import datasets, ultra
 
 _logger = log.get("data")
 
@@ -126,7 +126,7 @@ def resolve_args(
     or a moved dataset (see the module's docstring)."""
     host = environ.get(HOST_DIR_VAR, "")
     if datasets_dir is None:
-        datasets_dir = offline.settings_dirs(environ)["datasets_dir"]
+        datasets_dir = ultra.settings_dirs(environ)["datasets_dir"]
     out = list(args)
     for i, arg in enumerate(out):
         key, _, value = arg.partition("=")

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rig import paths
 from rig.yolo import datasets, ultra
 from rig.yolo.nodecache import imagecache
 

@@ -10,7 +10,7 @@ import pytest
 from rig.errors import RigError
 from rig.launch import levers, trainargs
 from rig.spelling import Spelling
-from rig.yolo import tuning
+from rig.yolo import tuning, ultra
 
 
 def test_key_values_are_parsed_once_each() -> None:
@@ -101,12 +101,12 @@ def test_levers_take_rig_s_sync_bn_out_and_rect_off_under_ddp(caplog: pytest.Log
         {"rect": "True", "sync_bn": "True", "epochs": "1"},
         world=2,
         cpu=False,
-        smart_value=levers._plain_value,
+        smart_value=ultra._plain_value,
     )
     assert args == {"rect": "False", "epochs": "1"} and env == {levers.SYNC_BN_ENV: "1"}
     assert "rect=True with 2 ranks" in caplog.text
     args, env = trainargs.with_levers(
-        {"rect": "True", "sync_bn": "True"}, world=1, cpu=True, smart_value=levers._plain_value
+        {"rect": "True", "sync_bn": "True"}, world=1, cpu=True, smart_value=ultra._plain_value
     )
     assert args == {"rect": "True"} and env == {}
     assert "sync_bn=True ignored: device=cpu" in caplog.text
