@@ -276,8 +276,8 @@ def test_no_compile_worker_outlives_ranks_killed_at_the_deadline(containers: Con
     wait_until(lambda: containers.exec(c, "test -s /tmp/rc", 10)[0] == 0, timeout=300, interval=1)
     left = _in_rank_sessions(containers, c, ranks)
     log = containers.exec(c, "cat /tmp/t.log", 10)[1]
-    assert "forcefully exiting via Signals.SIGKILL" in log, log  # killed at the deadline, mid-compile
-    assert left == [], "\n".join(left)
+    assert "forcefully exiting via" in log, log  # torch killed the ranks at the deadline, mid-compile
+    assert left == [], "\n".join(left)  # nothing of theirs outlives torchrun
 
 
 def test_the_static_rendezvous_gives_up_after_rig_rdzv_timeout(containers: Containers) -> None:
