@@ -243,24 +243,28 @@ def test_no_rank_outlives_a_killed_torchrun(containers: Containers) -> None:
     wait_until(lambda: _ranks_alive(containers, c) == [], timeout=60, interval=1)
 
 
-def _in_rank_sessions(containers: Containers, c: Any, ranks: set[str]) -> list[str]:
-    """Every process in the ranks' sessions (a rank leads its own: its pid is the session's id)."""
-    _, out = containers.exec(c, "ps -eo sid=,pid=,args=", 10)
-    return [line.strip() for line in out.splitlines() if line.split()[:1] and line.split()[0] in ranks]
+def _in_rank_sessions(ps: str, ranks: set[str]) -> list[str]:
+    """The processes of `ps -eo sid=,pid=,args=` in the ranks' sessions (a rank leads its own)."""
+    return [line.strip() for line in ps.splitlines() if line.split()[:1] and line.split()[0] in ranks]
 
 
 @pytest.mark.slow
 @pytest.mark.stack
 def test_no_compile_worker_outlives_ranks_killed_at_the_deadline(containers: Containers) -> None:
     """compile=True, TERM while inductor compiles (the ranks cannot reach a stop check): torch kills
-    each rank at the deadline, the rank alone; its compiler processes (g++, inductor's worker pool:
-    forked with torch 2.3, a sidecar with its own workers with torch 2.9) die with it, before torchrun
-    exits, instead of running on as orphans."""
+    each rank at the deadline, the rank alone; its compiler processes (g++, started by the rank or by
+    inductor's worker pool, whose forked workers end only a second after their parent) die with it,
+    before torchrun exits, instead of running on as orphans."""
     env = {"RIG_USER": "root", "RIG_STOP_GRACE": "1", "TORCHINDUCTOR_COMPILE_THREADS": "2"}
     c = containers.run(["sleep", "1800"], environment=env, cpuset_cpus="0-1")
     assert containers.exec(c, DEMO, 120)[0] == 0
     command = f"rig train {ARGS} --cpu-ranks 2 epochs=1 compile=True project=/tmp/runs name=cw"
-    start = f"(sh -c 'echo $$ > /tmp/pid; exec {command}'; echo $? > /tmp/rc) > /tmp/t.log 2>&1 &"
+    # What is left in the ranks' sessions the moment rig train (torchrun) has exited.
+    ps = "ps -eo sid=,pid=,args="
+    start = (
+        f"(sh -c 'echo $$ > /tmp/pid; exec {command}'; rc=$?; {ps} > /tmp/left; echo $rc > /tmp/rc) "
+        "> /tmp/t.log 2>&1 &"
+    )
     assert containers.exec(c, start, 30)[0] == 0
     rank = "ps -eo pid=,args= | awk '/-m rig.launch.trainer/ && !/torchrun/ {print $1}'"
     ranks = set(wait_until(lambda: containers.exec(c, rank, 10)[1].split(), timeout=300))
@@ -268,13 +272,13 @@ def test_no_compile_worker_outlives_ranks_killed_at_the_deadline(containers: Con
     # A compiler in a rank's session: inductor compiles (minutes on two CPUs), TERM now.
     compiling = re.compile(r"[\s/](g\+\+|cc1plus)\s")
     wait_until(
-        lambda: any(compiling.search(p) for p in _in_rank_sessions(containers, c, ranks)),
+        lambda: any(compiling.search(p) for p in _in_rank_sessions(containers.exec(c, ps, 10)[1], ranks)),
         timeout=900,
         interval=1,
     )
     containers.exec(c, "kill -TERM $(cat /tmp/pid)", 10)
     wait_until(lambda: containers.exec(c, "test -s /tmp/rc", 10)[0] == 0, timeout=300, interval=1)
-    left = _in_rank_sessions(containers, c, ranks)
+    left = _in_rank_sessions(containers.exec(c, "cat /tmp/left", 10)[1], ranks)
     log = containers.exec(c, "cat /tmp/t.log", 10)[1]
     assert "forcefully exiting via" in log, log  # torch killed the ranks at the deadline, mid-compile
     assert left == [], "\n".join(left)  # nothing of theirs outlives torchrun
