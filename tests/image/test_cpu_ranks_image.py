@@ -231,6 +231,61 @@ def test_no_rank_outlives_a_killed_torchrun(containers: Containers) -> None:
     wait_until(lambda: _ranks_alive(containers, c) == [], timeout=60, interval=1)
 
 
+def _in_rank_sessions(ps: str, ranks: set[str]) -> list[str]:
+    """The processes of `ps -eo sid=,pid=,args=` in the ranks' sessions (a rank leads its own)."""
+    return [line.strip() for line in ps.splitlines() if line.split()[:1] and line.split()[0] in ranks]
+
+
+# A C++ compiler that takes ten minutes for each kernel (inductor's `cpp.cxx` comes from CXX; the
+# name keeps g++ in it, as inductor picks its flags by the name): a kernel build in flight at the
+# stop deadline, every time, as it is when a large model compiles.
+SLOW_CXX = (
+    "mkdir -p /tmp/slow && printf '%s\\n' '#!/bin/sh' "
+    '\'case " $* " in *" -o "*) sleep 600 ;; esac\' \'exec /usr/bin/g++ "$@"\' > /tmp/slow/g++ '
+    "&& chmod +x /tmp/slow/g++"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.stack
+def test_no_compile_worker_outlives_ranks_killed_at_the_deadline(containers: Containers) -> None:
+    """compile=True, TERM while inductor builds a kernel (the ranks cannot reach a stop check): torch
+    kills each rank at the deadline, the rank alone; its compiler processes (started by the rank or by
+    inductor's worker pool, in the rank's process group) die with it, before torchrun exits, instead
+    of running on as orphans."""
+    env = {
+        "RIG_USER": "root",
+        "RIG_STOP_GRACE": "1",
+        "TORCHINDUCTOR_COMPILE_THREADS": "2",  # the pool, as a rank with several CPUs has it
+        "CXX": "/tmp/slow/g++",
+    }
+    c = containers.run(["sleep", "1800"], environment=env, cpuset_cpus="0-1")
+    assert containers.exec(c, f"{DEMO} && {SLOW_CXX}", 120)[0] == 0
+    command = f"rig train {ARGS} --cpu-ranks 2 epochs=1 compile=True project=/tmp/runs name=cw"
+    # What is left in the ranks' sessions the moment rig train (torchrun) has exited.
+    ps = "ps -eo sid=,pid=,args="
+    start = (
+        f"(sh -c 'echo $$ > /tmp/pid; exec {command}'; rc=$?; {ps} > /tmp/left; echo $rc > /tmp/rc) "
+        "> /tmp/t.log 2>&1 &"
+    )
+    assert containers.exec(c, start, 30)[0] == 0
+    rank = "ps -eo pid=,args= | awk '/-m rig.launch.trainer/ && !/torchrun/ {print $1}'"
+    ranks = set(wait_until(lambda: containers.exec(c, rank, 10)[1].split(), timeout=300))
+    assert len(ranks) == 2
+    # A kernel build in a rank's session (after minutes of tracing on two CPUs): TERM now.
+    wait_until(
+        lambda: any("/tmp/slow/g++" in p for p in _in_rank_sessions(containers.exec(c, ps, 10)[1], ranks)),
+        timeout=900,
+        interval=1,
+    )
+    containers.exec(c, "kill -TERM $(cat /tmp/pid)", 10)
+    wait_until(lambda: containers.exec(c, "test -s /tmp/rc", 10)[0] == 0, timeout=300, interval=1)
+    left = _in_rank_sessions(containers.exec(c, "cat /tmp/left", 10)[1], ranks)
+    log = containers.exec(c, "cat /tmp/t.log", 10)[1]
+    assert "forcefully exiting via" in log, log  # torch killed the ranks at the deadline, mid-compile
+    assert left == [], "\n".join(left)  # nothing of theirs outlives torchrun
+
+
 def test_the_static_rendezvous_gives_up_after_rig_rdzv_timeout(containers: Containers) -> None:
     """Node 0 of two, the other never comes: torchrun gives up after RIG_RDZV_TIMEOUT, not torch's 600 s."""
     env = {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1", "RIG_RDZV_TIMEOUT": "15"}

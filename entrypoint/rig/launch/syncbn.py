@@ -75,17 +75,34 @@ def keep_frozen_in_eval(model: Any, frozen_names: Sequence[str]) -> int:
     return count
 
 
+# The torch releases whose graph breaks were counted (issue 21 item 13: torch 2.3.1, two ranks, a
+# two-layer model: 7 graphs, each SyncBatchNorm breaking the graph). No other release could be counted
+# here: SyncBatchNorm refuses CPU tensors (ValueError) and aten::batch_norm_stats has no CPU kernel in
+# torch 2.3.1 nor 2.9.1, so only tools/gpu_check_syncbn_compile.py on a GPU counts a newer torch.
+MEASURED_RELEASES = ("2.3.",)
+
+
 def compile_warning(layers: int, compile_value: Any, torch_version: str) -> str | None:
     """What sync_bn costs torch.compile (compile= as Ultralytics reads it; None: not compiled).
 
     SyncBatchNorm's training forward runs its statistics through collectives inside a custom autograd
-    Function, which dynamo does not trace: each layer breaks the graph (at least once), and every step
-    returns to Python between the compiled pieces."""
+    Function, which torch 2.3's dynamo does not trace: each layer breaks the graph (at least once), and
+    every step returns to Python between the compiled pieces. For a torch whose breaks were never
+    counted the WARNING says so instead of a number."""
     if not compile_value:
         return None
-    return (
-        f"sync_bn=True with compile={compile_value}: torch {torch_version} does not compile SyncBatchNorm; "
-        f"dynamo breaks the model's graph at each of its {layers} SyncBatchNorm layers (at least {layers} "
-        f"graph breaks, {layers + 1} or more compiled pieces with Python between them at every step), so "
-        "compile gains little here: measure with `rig bench --compile`, or train with one of the two"
+    head = f"sync_bn=True with compile={compile_value}: "
+    if torch_version.startswith(MEASURED_RELEASES):
+        return head + (
+            f"torch {torch_version} does not compile SyncBatchNorm; dynamo breaks the model's graph "
+            f"at each of its {layers} SyncBatchNorm layers (at least {layers} graph breaks, {layers + 1} "
+            "or more compiled pieces with Python between them at every step), so compile gains little here: "
+            "measure with `rig bench --compile`, or train with one of the two"
+        )
+    return head + (
+        f"what torch {torch_version} compiles of SyncBatchNorm was not measured (torch 2.3 breaks the "
+        f"graph at each SyncBatchNorm layer: {layers} graph breaks for this model, {layers + 1} or more "
+        "compiled pieces with Python between them at every step; tools/gpu_check_syncbn_compile.py "
+        "counts them for this torch on a GPU): measure with `rig bench --compile`, or train with one of "
+        "the two"
     )

@@ -8,6 +8,8 @@ a rank still finishing a long batch or a validation pass loses its epoch. Here:
 - a second stop signal while the ranks save (a second Ctrl-C) kills every rank and its loader
   workers at once, instead of re-sending the signal and waiting the whole grace again (the ranks
   run in sessions of their own: a terminal's Ctrl-C reaches torchrun alone);
+- once the ranks are gone, what is left of their process groups (torch.compile's compiler processes
+  and workers of a rank killed at the deadline) is killed, so nothing outlives torchrun;
 - a stop exits 128 + the signal, as a single process does, not 1 with torch's traceback: torch's
   agent re-raises the signal as an exception once the ranks are gone. When the ranks had finished
   the run (the signal came after their last stop check) it exits 0; when the ranks agreed on a stop
@@ -58,6 +60,20 @@ def kill_ranks(pids: dict[int, int]) -> None:
                 break
 
 
+def end_leftovers(pids: dict[int, int]) -> None:
+    """SIGKILL what is left of each rank's process group once torch's close has reaped the rank.
+
+    torch signals the rank alone (its TERM, and its KILL at the deadline), so a rank killed at the
+    deadline, or one that crashed, leaves its children running: the compiler processes torch.compile
+    starts (inductor's g++ and its worker pool: forked workers with torch 2.3, a sidecar process with
+    its own workers with torch 2.9, all in the rank's group), which no stop would reach. A group
+    outlives its leader while any member lives, so its id cannot have been reused by then; an
+    empty group is ESRCH."""
+    for pid in pids.values():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def second_stop_kills(context: Any) -> Iterator[None]:
     """While the ranks get their grace, a further stop signal kills them now."""
@@ -94,8 +110,10 @@ def install(grace_s: int) -> None:
     original = getattr(api.PContext.close, "rig_original", api.PContext.close)
 
     def close(self: Any, death_sig: Any = None, timeout: int = 30) -> None:
+        pids = dict(self.pids())
         with second_stop_kills(self):
             original(self, death_sig, max(timeout, grace_s))
+        end_leftovers(pids)
         _record_exit_codes(self)
 
     close.rig_original = original  # type: ignore[attr-defined]

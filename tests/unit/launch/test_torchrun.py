@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import subprocess
+import sys
+import types
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
+import pytest
 from rig.launch import torchrun
+
+from tests.helpers.waiting import wait_until
 
 
 def test_a_stop_exits_128_plus_the_signal_unless_the_ranks_had_finished() -> None:
@@ -29,3 +39,45 @@ def test_ranks_that_all_stopped_on_one_signal_are_a_stop_not_a_failure() -> None
     assert torchrun.agreed_stop({1: SimpleNamespace(exitcode=143)}, {0: -15, 1: 143}) == 143
     # Only rank 1 stopped, rank 0 finished as if nothing happened: not an agreed stop.
     assert torchrun.agreed_stop({1: SimpleNamespace(exitcode=143)}, {0: 0, 1: 143}) is None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_rank_killed_at_the_deadline_takes_its_process_group_with_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """torch's close signals the rank alone (a real rank leading its session, a child of its own, as
+    inductor's g++ or worker pool): once it is reaped, rig's close kills what is left of the group."""
+
+    class PContext:  # torch's close, as it ends a rank at the deadline: the rank's pid alone, reaped
+        def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+            self.proc = proc
+            self.subprocess_handlers = {0: SimpleNamespace(proc=proc)}
+
+        def pids(self) -> dict[int, int]:
+            return {0: self.proc.pid}
+
+        def close(self, death_sig: Any = None, timeout: int = 30) -> None:
+            self.proc.kill()
+            self.proc.wait()
+
+    api = types.ModuleType("torch.distributed.elastic.multiprocessing.api")
+    api.PContext = PContext  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, api.__name__, api)
+    torchrun.install(1)
+    child = tmp_path / "child"
+    rank = subprocess.Popen(["sh", "-c", f"sleep 300 & echo $! > {child}; wait"], start_new_session=True)
+    wait_until(lambda: child.read_text().strip() if child.exists() else "")
+    worker = int(child.read_text())
+    try:
+        api.PContext(rank).close()
+        wait_until(lambda: not _alive(worker), timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
