@@ -220,6 +220,7 @@ def test_light_commands_load_no_other_command_nor_the_stack(
     assert {m for m in modules if m.startswith("rig.commands.")} == ({runs} if runs else set())
     assert not {m for m in modules if m.split(".")[0] in HEAVY}
     assert "rig.workstation.supervisor" not in modules
+    assert "importlib.metadata" not in modules  # 50 ms: rig.versions reads the .dist-info names
 
 
 @pytest.mark.stack

@@ -108,13 +108,15 @@ def dataset_root(spec: Mapping[str, object], yaml_file: Path, datasets_dir: Path
 
 
 def split_paths(root: Path, entry: object) -> tuple[Path, ...]:
-    """A split's entries under the root; a missing '../x' is also looked for as 'x' (Ultralytics)."""
+    """A split's entries under the root, resolved (absolute, no links) as Ultralytics resolves them,
+    so the image paths are its own (the node image cache's key); a missing '../x' is also looked for
+    as 'x' (Ultralytics)."""
     if isinstance(entry, list):
-        return tuple(root / str(e) for e in entry)
+        return tuple((root / str(e)).resolve() for e in entry)
     text = str(entry)
-    path = root / text
+    path = (root / text).resolve()
     if not path.exists() and text.startswith("../"):
-        path = root / text[3:]
+        path = (root / text[3:]).resolve()
     return (path,)
 
 
