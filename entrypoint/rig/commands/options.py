@@ -7,8 +7,8 @@ import os
 from typing import Any
 
 from rig import spelling
+from rig.hardware.topology import Topology
 from rig.launch import job
-from rig.launch.topology import Topology
 
 
 def add_topology_options(p: Any) -> None:

@@ -25,8 +25,8 @@ import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 
 from rig import flags, log
+from rig.hardware.topology import format_cpulist
 from rig.launch import binding
-from rig.launch.topology import format_cpulist
 
 _logger = log.get("binder")
 

@@ -20,8 +20,8 @@ from typing import Any
 import rig
 from rig import log, paths, safepython
 from rig.errors import RigError
+from rig.hardware.topology import Topology, read_topology
 from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes
-from rig.launch.topology import Topology, read_topology
 from rig.observe import telemetry
 from rig.observe.metrics import config as metrics_config
 from rig.spelling import AS_PARSED, Spelling

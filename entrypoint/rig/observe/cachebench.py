@@ -196,7 +196,7 @@ def run(
 def default_ranks() -> int:
     """The ranks `rig train` would start here: one per visible GPU, and 2 on a CPU-only box."""
     try:
-        from rig.launch.topology import read_topology
+        from rig.hardware.topology import read_topology
 
         gpus = len(read_topology(Path("/")).gpus)
     except Exception:  # no sysfs to read: a CPU box as far as the bench is concerned

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from rig import paths
+from rig.hardware.topology import Topology, format_cpulist
 from rig.launch.binding import Plan
-from rig.launch.topology import Topology, format_cpulist
 from rig.observe.bench import BenchResult
 from rig.versions import DEFAULT_STACK, STACKS, Stack, stack_named
 from rig.yolo import settings

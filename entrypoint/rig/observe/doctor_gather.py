@@ -18,13 +18,13 @@ from typing import Any
 
 from rig import paths, versions
 from rig.errors import RigError
+from rig.hardware.nvml import describe_error, session
+from rig.hardware.topology import read_topology
 from rig.launch import job
 from rig.launch.binding import make_plan
-from rig.launch.topology import read_topology
 from rig.observe import bench as rig_bench
 from rig.observe.bench import BenchResult
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
-from rig.observe.nvml import describe_error, session
 from rig.workstation import userenv
 from rig.yolo import cached_dataset, datasets, imagecache, settings, tuning
 

@@ -30,8 +30,8 @@ from typing import Any, Protocol
 
 from rig import flags, log
 from rig.errors import RigError
-from rig.launch.topology import apply_visible_devices, normalize_bus_id
-from rig.observe.nvml import GPU_FIELDS, GpuInfo, Nvml, describe_error
+from rig.hardware.nvml import GPU_FIELDS, GpuInfo, Nvml, describe_error
+from rig.hardware.topology import apply_visible_devices, normalize_bus_id
 
 LOG = log.get("telemetry")
 

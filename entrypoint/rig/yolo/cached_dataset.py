@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
+from rig.hardware import topology
 from rig.yolo import imagecache
 
 _logger = log.get("imagecache")
@@ -187,7 +188,7 @@ def _obtain(ds: Any, base: Any) -> imagecache.Images:
         list(ds.im_files),
         decode,
         estimate=estimate(ds),
-        threads=len(imagecache._node_cpus()),
+        threads=len(topology.container_cpus()),
         environ=os.environ,
     )
     if _local_rank_zero() or got.built:

@@ -50,6 +50,7 @@ from typing import Any
 
 from rig import flags, paths
 from rig.errors import RigError
+from rig.hardware import topology
 
 MAGIC = b"RIGIMG\x00\x01"
 VERSION = 1
@@ -339,23 +340,11 @@ class Decoded:
     hw0: tuple[int, int]
 
 
-def _node_cpus() -> set[int]:
-    """The CPUs this container may use. A rank is bound to its share; while it builds, the other
-    ranks wait for the file, so the build uses all of them."""
-    for f in ("/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"):
-        with contextlib.suppress(OSError, ValueError):
-            cpus: set[int] = set()
-            for part in Path(f).read_text().strip().split(","):
-                lo, _, hi = part.partition("-")
-                cpus.update(range(int(lo), int(hi or lo) + 1))
-            if cpus:
-                return cpus
-    return set(os.sched_getaffinity(0))
-
-
 def _widen_thread() -> None:
+    # A rank is bound to its share of the CPUs; while it builds, the other ranks wait for the file,
+    # so the build uses every CPU the container may use.
     with contextlib.suppress(OSError):
-        os.sched_setaffinity(0, _node_cpus())  # pid 0: this thread alone
+        os.sched_setaffinity(0, topology.container_cpus())  # pid 0: this thread alone
 
 
 def write(path: Path, names: Sequence[str], decode: Callable[[int], Decoded], threads: int) -> Index:

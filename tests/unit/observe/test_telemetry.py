@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from rig.errors import RigError
-from rig.observe import nvml as nvml_module
+from rig.hardware import nvml as nvml_module
 from rig.observe import telemetry
 
 from tests.helpers.waiting import wait_until

@@ -12,6 +12,7 @@ test's fake one) a GPU counts only when its device node `/dev/nvidia<minor>` exi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.errors import RigError
-from rig.observe import nvml
+from rig.hardware import nvml
 
 NVIDIA_VENDOR = "0x10de"
 # PCI class 0x0300 (VGA) and 0x0302 (3D controller: every datacenter GPU).
@@ -135,6 +136,18 @@ def _allowed_cpus(sysfs: Path, live: bool, all_cpus: frozenset[int]) -> frozense
         return frozenset(os.sched_getaffinity(0))
     text = _read(sysfs / "fs/cgroup/cpuset.cpus.effective")
     return parse_cpulist(text) & all_cpus if text else all_cpus
+
+
+def container_cpus(sys_root: Path = Path("/")) -> frozenset[int]:
+    """The CPUs the container's cgroup allows (v2, then v1), whatever this thread's own affinity;
+    the scheduler's view where no cgroup says."""
+    sysfs = sysfs_dir(Path(sys_root))
+    for name in ("fs/cgroup/cpuset.cpus.effective", "fs/cgroup/cpuset/cpuset.effective_cpus"):
+        text = _read(sysfs / name)
+        with contextlib.suppress(ValueError):
+            if text and (cpus := parse_cpulist(text)):
+                return cpus
+    return frozenset(os.sched_getaffinity(0))
 
 
 def _sysfs_gpus(sysfs: Path) -> list[str]:
