@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import rig
-from rig import log, paths, safepython
+from rig import log, paths, rankenv, safepython
 from rig.errors import RigError
 from rig.hardware.topology import Topology, read_topology
 from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes
-from rig.observe import telemetry
 from rig.observe.metrics import config as metrics_config
 from rig.spelling import AS_PARSED, Spelling
 from rig.yolo import prepare, tuning
@@ -240,12 +239,10 @@ def torchrun_command(
     return [*cmd, *binder, "--", *program]
 
 
-def run_gpus(plan: Sequence[binding.RankBinding], gpu_ids: Sequence[int]) -> str:
-    """RIG_RUN_GPUS for every rank: each GPU of the run by its number in the container (what
+def run_gpus(plan: Sequence[binding.RankBinding], gpu_ids: Sequence[int]) -> list[tuple[int, str]]:
+    """The run's GPUs for every rank (rig.rankenv): each by its number in the container (what
     --gpus and device= name) and its bus id, so telemetry samples those GPUs, labelled so."""
-    return telemetry.format_run_gpus(
-        (i, r.gpu_bus_id) for i, r in zip(gpu_ids, plan, strict=True) if r.gpu_bus_id
-    )
+    return [(i, r.gpu_bus_id) for i, r in zip(gpu_ids, plan, strict=True) if r.gpu_bus_id]
 
 
 @dataclass(frozen=True)
@@ -522,9 +519,9 @@ def plan_train(
             user = prepare.before_ranks(user, nranks=len(plan), world=world)
     python = sys.executable
     program = [*safepython.module(python, TRAINER), *(f"{k}={v}" for k, v in user.items())]
-    env = {**_env_delta(len(plan[0].cpus)), **lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
-    if not cpu:
-        env[telemetry.RUN_GPUS_ENV] = run_gpus(plan, gpu_ids)
+    folder = str(run_dir) if run_dir else None
+    ranks_env = rankenv.launch_variables(None if cpu else run_gpus(plan, gpu_ids), folder)
+    env = {**_env_delta(len(plan[0].cpus)), **lever_env, **ranks_env}
     env.update(metrics_config.node_env())
     if cpu and world == 1:
         return Launch(program, env)  # one rank: no process group to join, the container's CPUs unbound
@@ -540,7 +537,7 @@ def plan_launch(
     plan = make_plan(topo, gpu_ids)
     return Launch(
         torchrun_command(plan, nodes.node_spec(os.environ), program, sys.executable),
-        {**_env_delta(len(plan[0].cpus)), telemetry.RUN_GPUS_ENV: run_gpus(plan, gpu_ids)},
+        {**_env_delta(len(plan[0].cpus)), **rankenv.launch_variables(run_gpus(plan, gpu_ids), None)},
     )
 
 
