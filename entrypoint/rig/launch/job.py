@@ -20,6 +20,7 @@ from typing import Any
 import rig
 from rig import log, paths, rankenv, safepython
 from rig.errors import RigError
+from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.topology import Topology, read_topology
 from rig.launch import autoresume, binding, ddp, gpuenv, levers, nodes
 from rig.observe.metrics import config as metrics_config
@@ -28,12 +29,6 @@ from rig.yolo import prepare, tuning
 
 _logger = log.get("launch")
 
-NO_GPU = (
-    "no GPU is visible in this container: reserve GPUs for it (compose: deploy.resources.reservations."
-    "devices with driver: nvidia, capabilities: [gpu]; docker run --gpus all) and install the NVIDIA "
-    "container toolkit on the host (nvidia-ctk runtime configure --runtime=docker); or train on the "
-    "CPU with device=cpu"
-)
 DEMO_DATA = paths.DEMO_DATASET / "data.yaml"
 TORCHRUN = "rig.launch.torchrun"  # torchrun with rig's stop deadline and a bound store
 LOOPBACK = "127.0.0.1"  # where a single node's store, gloo and NCCL listen
@@ -45,60 +40,6 @@ _TASK_SUFFIXES = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "cl
 
 # ---------------------------------------------------------------------------------------------
 # Decide: pure functions of the request and the topology.
-
-
-def parse_gpus(
-    spec: str | None, typed: Spelling = AS_PARSED, option: str = "--gpus"
-) -> str | list[int] | int:
-    """'all' -> 'all'; '2' -> 2 (a count); '0,2' or '3,' -> [0, 2] / [3] (CUDA ordinals).
-    option=device: always ids ('3' is GPU 3). Errors name the option as the user typed it."""
-    if spec is None or spec.strip().lower() == "all":
-        return "all"
-    text = spec.strip()
-    given = typed(option, spec)
-    how = f"use a count ({typed('--gpus', 2)}), all, or GPU ids ({typed('--gpus', '0,2')})"
-    if "," in text or option != "--gpus":
-        items = [x.strip() for x in text.split(",") if x.strip()]
-        ids: list[int] = []
-        for item in items:
-            if not item.lstrip("-").isdigit():
-                raise RigError(f"GPU id {item!r} in {given} is not a number; {how}")
-            if int(item) < 0:
-                raise RigError(f"GPU id {item} in {given} is negative; GPU ids start at 0")
-            ids.append(int(item))
-        if not ids:
-            raise RigError(f"{given} names no GPU; {how}")
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise RigError(f"{given} names GPU {dupes[0]} twice; list each GPU once")
-        return ids
-    if not text.lstrip("-").isdigit():
-        raise RigError(f"{given} is not a number; {how}")
-    count = int(text)
-    if count <= 0:
-        raise RigError(f"{given}: at least one GPU is needed; train on the CPU with device=cpu instead")
-    return count
-
-
-def select_gpus(choice: str | list[int] | int, topology: Topology, typed: Spelling = AS_PARSED) -> list[int]:
-    visible = len(topology.gpus)
-    if visible == 0:
-        raise RigError(NO_GPU)
-    names = ", ".join(f"{g.index}={g.bus_id}" for g in topology.gpus)
-    if choice == "all":
-        return list(range(visible))
-    if isinstance(choice, int):
-        if choice > visible:
-            raise RigError(
-                f"{typed('--gpus', choice)} but only {visible} GPU(s) are visible ({names}); "
-                f"use {typed('--gpus', visible)} or fewer, or give the container more GPUs"
-            )
-        return list(range(choice))
-    assert isinstance(choice, list)
-    missing = [i for i in choice if i >= visible]
-    if missing:
-        raise RigError(f"GPU id {missing[0]} is not visible; the visible GPUs are {names}")
-    return choice
 
 
 def parse_kv(items: Sequence[str]) -> dict[str, str]:

@@ -194,11 +194,12 @@ def run(
 
 
 def default_ranks() -> int:
-    """The ranks `rig train` would start here: one per visible GPU, and 2 on a CPU-only box."""
+    """The ranks `rig train` would start here: one per GPU it would use, and 2 on a CPU-only box."""
     try:
+        from rig.hardware import choice
         from rig.hardware.topology import read_topology
 
-        gpus = len(read_topology(Path("/")).gpus)
+        gpus = len(choice.usable_gpus(choice.parse_gpus(None), len(read_topology(Path("/")).gpus)))
     except Exception:  # no sysfs to read: a CPU box as far as the bench is concerned
         gpus = 0
     return gpus or 2
