@@ -42,10 +42,13 @@ def _seconds(environ: Mapping[str, str], name: str, default: int, low: int, high
     return value
 
 
+NCCL_TIMEOUT_ENV = "RIG_NCCL_TIMEOUT"
+
+
 def nccl_timeout(environ: Mapping[str, str]) -> int:
     """RIG_NCCL_TIMEOUT: seconds a collective may wait before the job fails (default 30 min)."""
     return _seconds(
-        environ, "RIG_NCCL_TIMEOUT", NCCL_TIMEOUT_S, 60, 86400, "how long ranks wait for a stuck or lost rank"
+        environ, NCCL_TIMEOUT_ENV, NCCL_TIMEOUT_S, 60, 86400, "how long ranks wait for a stuck or lost rank"
     )
 
 

@@ -173,11 +173,11 @@ def rig_trainer_class(base: type) -> type:
             )
             if _rank() == 0:
                 _logger.info(
-                    "process group: %s, %d ranks; a stuck collective fails the job after %d s "
-                    "(RIG_NCCL_TIMEOUT)",
+                    "process group: %s, %d ranks; a stuck collective fails the job after %d s (%s)",
                     setup.backend,
                     self.world_size,
                     setup.timeout_s,
+                    ddp.NCCL_TIMEOUT_ENV,
                 )
 
         def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:

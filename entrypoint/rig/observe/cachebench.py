@@ -81,7 +81,9 @@ def _anon_bytes() -> int:
 
 def _rank(job: _Job, rank: int, barrier: Any, results: Any) -> None:
     """One rank: build the dataset at the common start, then run its loader with the others."""
-    os.environ.update({"RIG_CACHE_DIR": job.cache_dir, "LOCAL_RANK": str(rank), "YOLO_VERBOSE": "False"})
+    os.environ.update(
+        {imagecache.CACHE_DIR_ENV: job.cache_dir, "LOCAL_RANK": str(rank), "YOLO_VERBOSE": "False"}
+    )
     cfg_mod: Any = importlib.import_module("ultralytics.cfg")
     data_mod: Any = importlib.import_module("ultralytics.data")
     from rig.yolo import cached_dataset, device_augment

@@ -182,7 +182,7 @@ def gather(
         bench_error=bench_error,
         bench_requested=bench,
         **user_packages(root),
-        cuda_stack=env.get("RIG_STACK", versions.DEFAULT_STACK),
+        cuda_stack=env.get(versions.STACK_ENV, versions.DEFAULT_STACK),
         arch_flags=arch_flags if arch_flags is not None or not gpu_facts else torch_arch_flags(),
         settings_file=str(settings.settings_file(env)),
         settings_problem=settings.problem(env, root),

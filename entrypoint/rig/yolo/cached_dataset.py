@@ -101,8 +101,8 @@ def _warn_once(why: str, ranks: int) -> None:
 def unusable_warning(why: str, ranks: int) -> str:
     return (
         f"the node image cache cannot be used ({why}): cache=False, as the launch decides without it; "
-        f"the {ranks} ranks of this node would each keep a copy of the images (RIG_CACHE_DIR on a "
-        "local disk with room and file locks keeps one per node)"
+        f"the {ranks} ranks of this node would each keep a copy of the images "
+        f"({imagecache.CACHE_DIR_ENV} on a local disk with room and file locks keeps one per node)"
     )
 
 

@@ -59,7 +59,8 @@ DATA_OFFSET = 4096  # pixels start page-aligned
 MAX_NAME_BYTES = 4096  # PATH_MAX: the longest image path an index holds
 RECORD = struct.Struct("<QQIII8sII")  # offset, nbytes, h, w, c, dtype str, h0, w0
 SUFFIX = ".img"
-SUBDIR = "images"  # under RIG_CACHE_DIR, beside torch.compile's caches
+CACHE_DIR_ENV = "RIG_CACHE_DIR"  # the cache volume's folder
+SUBDIR = "images"  # under CACHE_DIR_ENV, beside torch.compile's caches
 TMP_STALE_S = 600  # a .tmp unchanged this long belongs to a dead build
 DEFAULT_MAX_FRACTION = 0.5  # of the cache file system, when RIG_CACHE_MAX_GB is not set
 DEFAULT_MAX_AGE_DAYS = 30.0
@@ -81,7 +82,7 @@ def enabled(environ: Mapping[str, str]) -> bool:
 
 
 def cache_dir(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get("RIG_CACHE_DIR") or paths.CACHE) / SUBDIR
+    return Path(environ.get(CACHE_DIR_ENV) or paths.CACHE) / SUBDIR
 
 
 def max_bytes(environ: Mapping[str, str], fs_total: int) -> int:
