@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 
 from rig.errors import RigError
-from rig.hardware.topology import format_cpulist, normalize_bus_id
+from rig.hardware.topology import format_cpulist, normalize_bus_id, visible_entries
 
 # Torch's index of the rank's GPU (the binder's choice): 0 under `rig train`, where the rank sees
 # its GPU alone; LOCAL_RANK under `rig launch`.
@@ -44,7 +44,7 @@ def gpu_variables(
     order, so cuda:LOCAL_RANK is its GPU."""
     if not indices or any(i is None for i in indices):
         return {}
-    known = [x.strip() for x in parent.split(",") if x.strip()] if parent else None
+    known = visible_entries(parent) if parent else None
 
     def name(i: int | None) -> str:
         assert i is not None

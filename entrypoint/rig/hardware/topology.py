@@ -199,6 +199,12 @@ def nvml_gpus(module: Any | None = None) -> list[tuple[str, str]] | None:
     return sorted((normalize_bus_id(b), u) for b, u in gpus)
 
 
+def visible_entries(text: str) -> list[str]:
+    """A visible-device list's entries (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES): indices or
+    UUIDs, in order, blanks dropped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def apply_visible_devices(
     bus_ids: Sequence[str], visible: str | None, uuids: Mapping[str, str] | None = None
 ) -> list[str]:
@@ -206,10 +212,7 @@ def apply_visible_devices(
     if visible is None:
         return list(bus_ids)
     chosen: list[str] = []
-    for raw in visible.split(","):
-        item = raw.strip()
-        if not item:
-            continue
+    for item in visible_entries(visible):
         if item.isdigit() or (item.startswith("-") and item[1:].isdigit()):
             idx = int(item)
             if idx < 0 or idx >= len(bus_ids):

@@ -20,7 +20,7 @@ from rig import paths, versions
 from rig.errors import RigError
 from rig.hardware import choice
 from rig.hardware.nvml import describe_error, session
-from rig.hardware.topology import read_topology
+from rig.hardware.topology import read_topology, visible_entries
 from rig.launch.binding import make_plan
 from rig.observe import bench as rig_bench
 from rig.observe.bench import BenchResult
@@ -78,7 +78,7 @@ def requested_gpus(gpus: str | None, environ: Mapping[str, str]) -> tuple[choice
         return asked, f"--gpus {gpus.strip()}"
     visible = environ.get("NVIDIA_VISIBLE_DEVICES", "").strip()
     if visible and visible not in ("all", "void", "none"):
-        return len([v for v in visible.split(",") if v.strip()]), f"NVIDIA_VISIBLE_DEVICES={visible}"
+        return len(visible_entries(visible)), f"NVIDIA_VISIBLE_DEVICES={visible}"
     return "all", ""
 
 

@@ -26,3 +26,8 @@ def test_container_cpus_fall_back_to_cgroup_v1(tmp_path: Path) -> None:
 def test_container_cpus_without_a_cgroup_are_the_schedulers(tmp_path: Path) -> None:
     FakeSys(tmp_path / "sys").node(0, "0-7").cpuset("")
     assert topology.container_cpus(tmp_path) == frozenset(os.sched_getaffinity(0))
+
+
+def test_visible_device_lists_are_read_one_way() -> None:
+    assert topology.visible_entries(" 3, GPU-ab ,,1 ") == ["3", "GPU-ab", "1"]
+    assert topology.visible_entries("") == []
