@@ -53,7 +53,7 @@ timeout 60 "$PY" -m rig plan >"$OUT/plan.txt" 2>&1
 timeout 60 "$PY" - "$OUT" <<'EOF' && result discovery pass || result discovery fail "see discovery.json"
 import json, re, sys
 from pathlib import Path
-from rig.launch.topology import normalize_bus_id, parse_cpulist, read_topology
+from rig.hardware.topology import normalize_bus_id, parse_cpulist, read_topology
 
 out = Path(sys.argv[1])
 smi = [line.split(", ") for line in (out / "gpus.csv").read_text().splitlines() if line.strip()]
@@ -141,7 +141,7 @@ os.write(1, ("WHICH " + json.dumps({"rank": os.environ["LOCAL_RANK"], "bus": bus
 EOF
 cat >"$OUT/which_check.py" <<'EOF'
 import json, sys
-from rig.launch.topology import normalize_bus_id
+from rig.hardware.topology import normalize_bus_id
 rows = [json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("WHICH ")]
 sys.exit(0 if len(rows) == 2 and all(normalize_bus_id(r["bus"]) == r["expected"] for r in rows) else 1)
 EOF

@@ -30,13 +30,16 @@ STACKS: tuple[Stack, ...] = (
 DEFAULT_STACK = STACKS[0].name
 
 
+STACK_ENV = "RIG_STACK"  # baked by the Dockerfile: the stack this image was built for
+
+
 def stack_named(name: str) -> Stack | None:
     return next((s for s in STACKS if s.name == name), None)
 
 
 def image_stack() -> str:
     """The stack this image was built for (the Dockerfile bakes RIG_STACK); 'unknown' outside it."""
-    return os.environ.get("RIG_STACK", "unknown")
+    return os.environ.get(STACK_ENV, "unknown")
 
 
 def _normalized(name: str) -> str:

@@ -1,4 +1,4 @@
-"""Fake /sys trees for the launch tests: just the files rig.launch.topology reads."""
+"""Fake /sys trees for the launch tests: just the files rig.hardware.topology reads."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from typing import Any
 from rig import log, paths, proxyenv
 from rig.errors import RigError
 from rig.launch import gpuenv
+from rig.userids import UID_ENV
 from rig.workstation import ownership, users
 from rig.workstation.serveconfig import without_secrets
 from rig.yolo import settings
@@ -72,9 +73,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
             users.drop_privileges(ids)
         elif not is_serve(command):
             env = root_compile_caches(env)
-    elif env.get("RIG_UID", "").strip() and env["RIG_UID"].strip() != str(os.geteuid()):
+    elif env.get(UID_ENV, "").strip() and env[UID_ENV].strip() != str(os.geteuid()):
         raise RigError(
-            f"RIG_UID={env['RIG_UID']} needs the container to start as root, but it runs as uid "
+            f"{UID_ENV}={env[UID_ENV]} needs the container to start as root, but it runs as uid "
             f"{os.geteuid()}; remove `--user` / `user:` (the entrypoint switches to yolo itself)"
         )
     if not is_serve(command):  # rig serve seeds them for its services, as yolo (workspace.prepare)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rig.hardware.topology import Topology
 from rig.launch import job
-from rig.launch.topology import Topology
 
 
 def add_topology_options(p: Any) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from rig import log
 from rig.commands.options import add_topology_options, topology
+from rig.hardware import choice
 from rig.launch import binding, job
 
 _logger = log.get("launch")
@@ -18,7 +19,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _logger.info("no GPU visible: showing the CPU-only plan for one process")
         ranks = list(binding.make_plan(topo, 1).ranks)
     else:
-        ranks = job.make_plan(topo, job.select_gpus(job.parse_gpus(args.gpus), topo))
+        ranks = job.make_plan(topo, choice.select_gpus(choice.parse_gpus(args.gpus), topo))
     print(binding.to_json(ranks) if args.json else binding.table(ranks))
     return 0
 

@@ -15,15 +15,16 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from rig import log, paths, safefs
+from rig import log, paths, safefs, userids
 from rig.errors import RigError
 from rig.workstation import home, serveconfig, services, sessionenv, sshd, users, workspace
-from rig.workstation.supervisor import Policy, Supervisor, install_signal_handlers
+from rig.workstation.supervisor import SESSION_GRACE_ENV, Policy, Supervisor, install_signal_handlers
 
 STATE_DIR = paths.STATE  # the `state` volume
 OLD_TOKEN_FILE = STATE_DIR / "jupyter_token"  # where a token was kept for good before
 STATE_FILE = paths.SERVICES_STATE
 URLS_FILE = paths.RUN / "urls"
+STOP_TIMEOUT_ENV = "RIG_STOP_TIMEOUT"  # the services' time between TERM and KILL
 
 _logger = log.get("serve")
 
@@ -37,7 +38,7 @@ def _seconds(environ: dict[str, str], name: str, default: str, low: float, high:
     if not low <= value <= high:
         raise RigError(
             f"{name}={raw!r}: use seconds between {low:g} and {high:g}; compose's stop_grace_period "
-            "(`docker stop -t`) must exceed RIG_SESSION_GRACE + RIG_STOP_TIMEOUT"
+            f"(`docker stop -t`) must exceed {SESSION_GRACE_ENV} + {STOP_TIMEOUT_ENV}"
         )
     return value
 
@@ -56,7 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise RigError(
             "rig serve must start as root (sshd needs it; the services run as user yolo); remove `--user` "
-            "/ `user:` and set RIG_UID/RIG_GID to choose yolo's ids"
+            f"/ `user:` and set {userids.BOTH} to choose yolo's ids"
         )
     environ = dict(os.environ)
     names = services.enabled(environ)
@@ -64,8 +65,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = serveconfig.load(environ, ids=ids)
     # The users' jobs get TERM and this long to save their work; then the services get TERM and
     # stop_timeout before KILL.
-    session_grace = _seconds(environ, "RIG_SESSION_GRACE", "90", 0, 3600)
-    stop_timeout = _seconds(environ, "RIG_STOP_TIMEOUT", "10", 1, 300)
+    session_grace = _seconds(environ, SESSION_GRACE_ENV, "90", 0, 3600)
+    stop_timeout = _seconds(environ, STOP_TIMEOUT_ENV, "10", 1, 300)
 
     # Queue signals from here on: a TERM during the start is handled as a clean stop.
     STATE_FILE.unlink(missing_ok=True)  # a restarted container must not look healthy from the last run

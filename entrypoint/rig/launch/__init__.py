@@ -1,2 +1,2 @@
-"""Training launches: read the topology, plan each rank's GPU/CPU/memory binding, decide the GPU
+"""Training launches: plan each rank's GPU/CPU/memory binding, decide the GPU
 environment and the nodes, exec torchrun; per rank, the binder and the trainer."""

@@ -10,7 +10,7 @@ Which GPU a rank uses is never left to `set_device(LOCAL_RANK)` over every GPU o
 - `one` (rig train): the rank sees its GPU alone, as cuda:0; no context lands on another GPU.
 - `ordered` (rig launch, for programs written for torchrun): the rank sees the plan's GPUs in
   local-rank order, so the usual `cuda:LOCAL_RANK` is its GPU, and GPUs outside the plan are hidden.
-RIG_CUDA_DEVICE tells the program which torch device index is its GPU in either case.
+rig.rankenv's CUDA device tells the program which torch device index is its GPU in either case.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ import signal
 import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 
-from rig import flags, log
+from rig import flags, log, rankenv
 from rig.launch import binding
-from rig.launch.topology import format_cpulist
 
 _logger = log.get("binder")
 
@@ -64,39 +63,20 @@ def die_with_parent() -> int:
     return 0 if rc == 0 else ctypes.get_errno()
 
 
-GPUS_PER_RANK = ("one", "ordered")
+GPUS_PER_RANK = rankenv.GPUS_PER_RANK
 
 
 def gpu_environment(
     plan: Sequence[binding.RankBinding], local_rank: int, parent: str | None, mode: str
 ) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES and RIG_CUDA_DEVICE for one rank; {} for CPU ranks. parent: the
-    container's own CUDA_VISIBLE_DEVICES (indices or UUIDs), which plan ordinals index into."""
-    indices = [r.gpu_index for r in plan]
-    if not indices or any(i is None for i in indices):
-        return {}
-    known = [x.strip() for x in parent.split(",") if x.strip()] if parent else None
-
-    def name(i: int | None) -> str:
-        assert i is not None
-        return known[i] if known and i < len(known) else str(i)
-
-    if mode == "one":
-        return {"CUDA_VISIBLE_DEVICES": name(indices[local_rank]), "RIG_CUDA_DEVICE": "0"}
-    return {"CUDA_VISIBLE_DEVICES": ",".join(name(i) for i in indices), "RIG_CUDA_DEVICE": str(local_rank)}
+    """CUDA_VISIBLE_DEVICES and rig's CUDA device for one rank (rig.rankenv); {} for CPU ranks.
+    parent: the container's own CUDA_VISIBLE_DEVICES (indices or UUIDs), which plan ordinals index into."""
+    return rankenv.gpu_variables([r.gpu_index for r in plan], local_rank, parent, mode)
 
 
 def rank_environment(rank: binding.RankBinding, environ: Mapping[str, str]) -> dict[str, str]:
     """What the rank's environment gains: the plan, for the trainer, telemetry and `rig doctor`."""
-    updates = {
-        "RIG_CPUS": format_cpulist(rank.cpus),
-        "RIG_MEM_NODE": "" if rank.mem_node is None else str(rank.mem_node),
-        "RIG_GPU_BUS_ID": rank.gpu_bus_id or "",
-    }
-    ours = set(environ.get("RIG_ENV_DEFAULTS", "").split(","))
-    if "OMP_NUM_THREADS" not in environ or "OMP_NUM_THREADS" in ours:
-        updates["OMP_NUM_THREADS"] = str(len(rank.cpus))
-    return updates
+    return rankenv.binding_variables(rank.cpus, rank.mem_node, rank.gpu_bus_id, environ)
 
 
 def bind(rank: binding.RankBinding, environ: MutableMapping[str, str]) -> None:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from rig.launch.topology import Topology, format_cpulist
+from rig.hardware.topology import Topology, format_cpulist
 
 
 @dataclass(frozen=True)

@@ -43,10 +43,13 @@ def _seconds(environ: Mapping[str, str], name: str, default: int, low: int, high
     return value
 
 
+NCCL_TIMEOUT_ENV = "RIG_NCCL_TIMEOUT"
+
+
 def nccl_timeout(environ: Mapping[str, str]) -> int:
     """RIG_NCCL_TIMEOUT: seconds a collective may wait before the job fails (default 30 min)."""
     return _seconds(
-        environ, "RIG_NCCL_TIMEOUT", NCCL_TIMEOUT_S, 60, 86400, "how long ranks wait for a stuck or lost rank"
+        environ, NCCL_TIMEOUT_ENV, NCCL_TIMEOUT_S, 60, 86400, "how long ranks wait for a stuck or lost rank"
     )
 
 
@@ -82,16 +85,15 @@ class DdpSetup:
 
 
 def ddp_setup(environ: Mapping[str, str], device_arg: str, local_rank: int, cuda: bool) -> DdpSetup:
-    """The rank's device and process group. RIG_CUDA_DEVICE (set by the binder) names the rank's GPU
-    as torch numbers it; without it, the rank's entry of the device list, as Ultralytics does."""
+    """The rank's device and process group. One device is the rank's own (the trainer sets the
+    binder's choice, rig.rankenv, as device=); a list: the rank's entry, as Ultralytics does."""
     timeout = nccl_timeout(environ)
     if not cuda:
         return DdpSetup(None, "gloo", timeout)
-    given = environ.get("RIG_CUDA_DEVICE", "").strip()
-    if given:
-        index = int(given)
+    devices = [d.strip() for d in device_arg.split(":", 1)[-1].split(",") if d.strip()]
+    if len(devices) == 1:
+        index = int(devices[0])
     else:
-        devices = [d for d in device_arg.split(":", 1)[-1].split(",") if d.strip()]
         index = int(devices[local_rank]) if local_rank < len(devices) else local_rank
     return DdpSetup(index, "nccl", timeout)
 

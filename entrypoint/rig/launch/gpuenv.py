@@ -10,8 +10,9 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-# Names rig set itself (not the user), so a later `rig train` may resize OMP_NUM_THREADS per rank.
-MARKER = "RIG_ENV_DEFAULTS"
+from rig import rankenv
+
+MARKER = rankenv.ENV_DEFAULTS
 # The caching allocator's settings: torch 2.9 (stack cu128) reads the first and warns on every start
 # when only the second is set; torch 2.3 (cu121) reads only the second. Both carry one value, the
 # user's if they set either.
@@ -71,7 +72,7 @@ def gpu_environment(environ: Mapping[str, str], *, threads: int | None = None) -
     threads: the CPUs of one rank (rig train passes its plan's share); default, all allowed CPUs.
     """
     n = threads if threads is not None else default_threads()
-    ours = set(environ.get(MARKER, "").split(","))
+    ours = rankenv.rig_defaults(environ)
     users = [environ[name] for name in ALLOC_CONF if name in environ and name not in ours]
     alloc_conf = users[0] if users else "expandable_segments:True"
     entries = [

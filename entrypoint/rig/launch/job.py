@@ -20,23 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rig
-from rig import log, paths, safepython
+from rig import log, paths, rankenv, safepython
 from rig.errors import RigError
+from rig.hardware.choice import parse_gpus, select_gpus
+from rig.hardware.topology import Topology, read_topology
 from rig.launch import autoresume, binding, ddp, gpuenv, nodes, trainargs
-from rig.launch.topology import Topology, read_topology
-from rig.observe import telemetry
 from rig.observe.metrics import config as metrics_config
 from rig.yolo import tuning, ultra
 from rig.yolo.nodecache import prepare
 
 _logger = log.get("launch")
 
-NO_GPU = (
-    "no GPU is visible in this container: reserve GPUs for it (compose: deploy.resources.reservations."
-    "devices with driver: nvidia, capabilities: [gpu]; docker run --gpus all) and install the NVIDIA "
-    "container toolkit on the host (nvidia-ctk runtime configure --runtime=docker); or train on the "
-    "CPU with device=cpu"
-)
 DEMO_DATA = paths.DEMO_DATASET / "data.yaml"
 TORCHRUN = "rig.launch.torchrun"  # torchrun with rig's stop deadline and a bound store
 LOOPBACK = "127.0.0.1"  # where a single node's store, gloo and NCCL listen
@@ -47,63 +41,6 @@ CPU_RANKS_ENV = "RIG_CPU_RANKS"  # --cpu-ranks from the environment, for schedul
 
 # ---------------------------------------------------------------------------------------------
 # Decide: pure functions of the request and the topology.
-
-
-def parse_gpus(spec: str | None, option: str = "--gpus") -> str | list[int] | int:
-    """'all' -> 'all'; '2' -> 2 (a count); '0,2' or '3,' -> [0, 2] / [3] (CUDA ordinals).
-    option=device: always ids ('3' is GPU 3). Errors carry the option (RigError.option)."""
-    if spec is None or spec.strip().lower() == "all":
-        return "all"
-    text = spec.strip()
-    how = "use a count (2), all, or GPU ids (0,2)" if option == "--gpus" else "use GPU ids (0,2), all, or cpu"
-
-    def bad(message: str) -> RigError:
-        return RigError(message, option=option, value=spec)
-
-    if "," in text or option != "--gpus":
-        items = [x.strip() for x in text.split(",") if x.strip()]
-        ids: list[int] = []
-        for item in items:
-            if not item.lstrip("-").isdigit():
-                raise bad(f"GPU id {item!r} is not a number; {how}")
-            if int(item) < 0:
-                raise bad(f"GPU id {item} is negative; GPU ids start at 0")
-            ids.append(int(item))
-        if not ids:
-            raise bad(f"names no GPU; {how}")
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise bad(f"names GPU {dupes[0]} twice; list each GPU once")
-        return ids
-    if not text.lstrip("-").isdigit():
-        raise bad(f"not a number; {how}")
-    count = int(text)
-    if count <= 0:
-        raise bad("at least one GPU is needed; train on the CPU with device=cpu instead")
-    return count
-
-
-def select_gpus(choice: str | list[int] | int, topology: Topology) -> list[int]:
-    visible = len(topology.gpus)
-    if visible == 0:
-        raise RigError(NO_GPU)
-    names = ", ".join(f"{g.index}={g.bus_id}" for g in topology.gpus)
-    if choice == "all":
-        return list(range(visible))
-    if isinstance(choice, int):
-        if choice > visible:
-            raise RigError(
-                f"only {visible} GPU(s) are visible ({names}); use {visible} or fewer, or give the "
-                "container more GPUs",
-                option="--gpus",
-                value=choice,
-            )
-        return list(range(choice))
-    assert isinstance(choice, list)
-    missing = [i for i in choice if i >= visible]
-    if missing:
-        raise RigError(f"GPU id {missing[0]} is not visible; the visible GPUs are {names}")
-    return choice
 
 
 def next_run_dir(project: Path, name: str, exist_ok: bool) -> Path:
@@ -174,12 +111,10 @@ def torchrun_command(
     return [*cmd, *binder, "--", *program]
 
 
-def run_gpus(plan: Sequence[binding.RankBinding], gpu_ids: Sequence[int]) -> str:
-    """RIG_RUN_GPUS for every rank: each GPU of the run by its number in the container (what
+def run_gpus(plan: Sequence[binding.RankBinding], gpu_ids: Sequence[int]) -> list[tuple[int, str]]:
+    """The run's GPUs for every rank (rig.rankenv): each by its number in the container (what
     --gpus and device= name) and its bus id, so telemetry samples those GPUs, labelled so."""
-    return telemetry.format_run_gpus(
-        (i, r.gpu_bus_id) for i, r in zip(gpu_ids, plan, strict=True) if r.gpu_bus_id
-    )
+    return [(i, r.gpu_bus_id) for i, r in zip(gpu_ids, plan, strict=True) if r.gpu_bus_id]
 
 
 @dataclass(frozen=True)
@@ -410,7 +345,7 @@ def plan_train(
     args, run_dir = _run_dir(args, reserve=check_dataset)
     if check_dataset:
         args = _before_ranks(args, len(placed.bindings), world)
-    env = {**lever_env, **({"RIG_RUN_DIR": str(run_dir)} if run_dir else {})}
+    env = {**lever_env, **rankenv.launch_variables(None, str(run_dir) if run_dir else None)}
     return _train_launch(args, env, devices, placed, node)
 
 
@@ -443,7 +378,7 @@ def _train_launch(
     program = [*safepython.module(python, TRAINER), *(f"{k}={v}" for k, v in args.items())]
     full = {**_env_delta(len(placed.bindings[0].cpus)), **env}
     if devices.kind == "gpu":
-        full[telemetry.RUN_GPUS_ENV] = run_gpus(placed.bindings, placed.gpu_ids)
+        full.update(rankenv.launch_variables(run_gpus(placed.bindings, placed.gpu_ids), None))
     full.update(metrics_config.node_env())
     if devices.kind != "gpu" and len(placed.bindings) * node.nnodes == 1:
         return Launch(program, full)
@@ -457,7 +392,7 @@ def plan_launch(program: Sequence[str], topo: Topology, gpus: str | None = None)
     plan = make_plan(topo, gpu_ids)
     return Launch(
         torchrun_command(plan, nodes.node_spec(os.environ), program, sys.executable),
-        {**_env_delta(len(plan[0].cpus)), telemetry.RUN_GPUS_ENV: run_gpus(plan, gpu_ids)},
+        {**_env_delta(len(plan[0].cpus)), **rankenv.launch_variables(run_gpus(plan, gpu_ids), None)},
     )
 
 

@@ -19,7 +19,7 @@ from datetime import timedelta
 from types import FrameType
 from typing import Any
 
-from rig import log
+from rig import log, rankenv
 from rig.launch import checkpoints, cpuddp, ddp, syncbn
 from rig.observe import metrics, telemetry
 from rig.yolo import trainer as yolo_trainer
@@ -172,10 +172,11 @@ def _setup_ddp(trainer: Any) -> None:
     )
     if _rank() == 0:
         _logger.info(
-            "process group: %s, %d ranks; a stuck collective fails the job after %d s (RIG_NCCL_TIMEOUT)",
+            "process group: %s, %d ranks; a stuck collective fails the job after %d s (%s)",
             setup.backend,
             trainer.world_size,
             setup.timeout_s,
+            ddp.NCCL_TIMEOUT_ENV,
         )
 
 
@@ -218,10 +219,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in STOP_SIGNALS:
         signal.signal(sig, STOP.handler)
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if os.environ.get("RIG_CUDA_DEVICE") and _global_world_size() > 1:
-        # The binder gave this rank its GPU alone (CUDA_VISIBLE_DEVICES): Ultralytics must not index
-        # the node's device list. The trainer counts the world from WORLD_SIZE.
-        args["device"] = os.environ["RIG_CUDA_DEVICE"]
+    if (device := rankenv.cuda_device(os.environ)) is not None and _global_world_size() > 1:
+        # The binder chose this rank's GPU (and gave it alone, CUDA_VISIBLE_DEVICES): Ultralytics and
+        # rig.launch.ddp use that one device, never the node's list. The trainer counts the world
+        # from WORLD_SIZE.
+        args["device"] = str(device)
     model = ultra.yolo(args.pop("model", "yolo11n.pt"))
     if args.get("resume") is True and stopped_mid_epoch(model.ckpt):
         # Ultralytics' resume=True refuses a checkpoint at epoch -1 (a stop in the first epoch) before
@@ -229,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args["resume"] = model.ckpt_path
     rank = _rank()
     if rank == 0:
-        telemetry.attach(model, os.environ.get("RIG_RUN_DIR") or None)
+        telemetry.attach(model, rankenv.run_dir(os.environ))
     metrics.attach(model)  # this rank's series; served here when no launcher serves the node
     trainer_cls = rig_trainer_class(model.task_map[model.task]["trainer"])
     model.train(trainer=trainer_cls, **args)

@@ -1,2 +1,2 @@
-"""Seeing what the box does: NVML, training telemetry, the loader-vs-step bench, and the doctor
+"""Seeing what the box does: training telemetry, the loader-vs-step bench, and the doctor
 (gathering the facts, then pure checks on them)."""

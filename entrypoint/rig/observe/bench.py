@@ -29,7 +29,8 @@ from typing import Any
 
 from rig import log
 from rig.errors import RigError
-from rig.observe import cachebench, nvml
+from rig.hardware import nvml
+from rig.observe import cachebench
 from rig.observe.telemetry import StepTimer, StepTotals, nvml_run_gpus
 from rig.yolo import datasets, device_augment, overlay, tuning, ultra
 from rig.yolo.nodecache import cached_dataset

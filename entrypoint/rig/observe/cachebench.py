@@ -81,7 +81,9 @@ def _anon_bytes() -> int:
 
 def _rank(job: _Job, rank: int, barrier: Any, results: Any) -> None:
     """One rank: build the dataset at the common start, then run its loader with the others."""
-    os.environ.update({"RIG_CACHE_DIR": job.cache_dir, "LOCAL_RANK": str(rank), "YOLO_VERBOSE": "False"})
+    os.environ.update(
+        {imagecache.CACHE_DIR_ENV: job.cache_dir, "LOCAL_RANK": str(rank), "YOLO_VERBOSE": "False"}
+    )
     from rig.yolo import device_augment
     from rig.yolo.nodecache import cached_dataset
 
@@ -193,11 +195,12 @@ def run(
 
 
 def default_ranks() -> int:
-    """The ranks `rig train` would start here: one per visible GPU, and 2 on a CPU-only box."""
+    """The ranks `rig train` would start here: one per GPU it would use, and 2 on a CPU-only box."""
     try:
-        from rig.launch.topology import read_topology
+        from rig.hardware import choice
+        from rig.hardware.topology import read_topology
 
-        gpus = len(read_topology(Path("/")).gpus)
+        gpus = len(choice.usable_gpus(choice.parse_gpus(None), len(read_topology(Path("/")).gpus)))
     except Exception:  # no sysfs to read: a CPU box as far as the bench is concerned
         gpus = 0
     return gpus or 2

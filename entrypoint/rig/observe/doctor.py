@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from rig import paths
+from rig.hardware.topology import Topology, format_cpulist
 from rig.launch.binding import Plan
-from rig.launch.topology import Topology, format_cpulist
 from rig.observe.bench import BenchResult
+from rig.userids import UID_ENV
 from rig.versions import DEFAULT_STACK, STACKS, Stack, stack_named
 from rig.yolo import settings, ultra
 
@@ -388,7 +389,7 @@ def check_dataset(f: Facts) -> Check:
             "dataset",
             Status.FAIL,
             f"{d.path}: {len(d.unreadable)} of {d.sampled} sampled files unreadable, e.g. {d.unreadable[0]}",
-            "fix the files' permissions for this user (rig runs as uid RIG_UID; see `id`)",
+            f"fix the files' permissions for this user (rig runs as uid {UID_ENV}; see `id`)",
         )
     return Check("dataset", Status.PASS, f"{d.path}: {d.images} train images, readable")
 

@@ -18,13 +18,13 @@ from typing import Any
 
 from rig import paths, versions
 from rig.errors import RigError
-from rig.launch import job
+from rig.hardware import choice
+from rig.hardware.nvml import describe_error, session
+from rig.hardware.topology import read_topology, visible_entries
 from rig.launch.binding import make_plan
-from rig.launch.topology import read_topology
 from rig.observe import bench as rig_bench
 from rig.observe.bench import BenchResult
 from rig.observe.doctor import DatasetFacts, Facts, GpuFact
-from rig.observe.nvml import describe_error, session
 from rig.workstation import userenv
 from rig.yolo import datasets, settings, tuning, ultra
 from rig.yolo.nodecache import cached_dataset, imagecache
@@ -72,22 +72,15 @@ def read_status(root: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
 
 
-def requested_gpus(gpus: str | None, environ: Mapping[str, str]) -> tuple[str | list[int] | int, str]:
+def requested_gpus(gpus: str | None, environ: Mapping[str, str]) -> tuple[choice.Choice, str]:
     """What was asked for: --gpus as `rig train` reads it (N, all, or ids 0,2), else the toolkit's
     NVIDIA_VISIBLE_DEVICES as a count; 'all' when nothing narrower was asked. And where it came from."""
-    if gpus is not None and (choice := job.parse_gpus(gpus)) != "all":
-        return choice, f"--gpus {gpus.strip()}"
+    if gpus is not None and (asked := choice.parse_gpus(gpus)) != "all":
+        return asked, f"--gpus {gpus.strip()}"
     visible = environ.get("NVIDIA_VISIBLE_DEVICES", "").strip()
     if visible and visible not in ("all", "void", "none"):
-        return len([v for v in visible.split(",") if v.strip()]), f"NVIDIA_VISIBLE_DEVICES={visible}"
+        return len(visible_entries(visible)), f"NVIDIA_VISIBLE_DEVICES={visible}"
     return "all", ""
-
-
-def planned_gpus(choice: str | list[int] | int, visible: int) -> list[int]:
-    """The visible GPUs `rig train` would use for choice; those missing are the gpus check's to report."""
-    if isinstance(choice, list):
-        return [i for i in choice if i < visible]
-    return list(range(visible if choice == "all" else min(int(choice), visible)))
 
 
 def torch_arch_flags() -> tuple[str, ...] | None:
@@ -139,12 +132,13 @@ def gather(
     if driver is None:
         driver = driver_from_proc(root)
 
-    choice, requested_from = requested_gpus(gpus, env)
-    requested = None if choice == "all" else len(choice) if isinstance(choice, list) else int(choice)
+    asked, requested_from = requested_gpus(gpus, env)
+    requested = None if asked == "all" else len(asked) if isinstance(asked, list) else int(asked)
     topology, topology_error, plan = None, None, None
     try:
         topology = read_topology(root, environ=env)
-        if ids := planned_gpus(choice, len(topology.gpus)):
+        # The GPUs `rig train` would use; those missing are the gpus check's to report.
+        if ids := choice.usable_gpus(asked, len(topology.gpus)):
             plan = make_plan(topology, len(ids), ids)
     except RigError as e:
         topology_error = str(e)
@@ -189,7 +183,7 @@ def gather(
         bench_error=bench_error,
         bench_requested=bench,
         **user_packages(root),
-        cuda_stack=env.get("RIG_STACK", versions.DEFAULT_STACK),
+        cuda_stack=env.get(versions.STACK_ENV, versions.DEFAULT_STACK),
         arch_flags=arch_flags if arch_flags is not None or not gpu_facts else torch_arch_flags(),
         settings_file=str(settings.settings_file(env)),
         settings_problem=settings.problem(env, root),

@@ -23,15 +23,15 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rig import flags, log
+from rig import flags, log, rankenv
 from rig.errors import RigError
-from rig.launch.topology import apply_visible_devices, normalize_bus_id
-from rig.observe.nvml import GPU_FIELDS, GpuInfo, Nvml, describe_error
+from rig.hardware.nvml import GPU_FIELDS, GpuInfo, Nvml, describe_error
+from rig.hardware.topology import apply_visible_devices, normalize_bus_id
 
 LOG = log.get("telemetry")
 
@@ -111,35 +111,16 @@ class StepTimer:
 
 
 # ----------------------------------------------------------------------------------- the run's GPUs
-RUN_GPUS_ENV = "RIG_RUN_GPUS"
-
-
-def format_run_gpus(gpus: Iterable[tuple[int, str]]) -> str:
-    """RIG_RUN_GPUS's value: '0=0000:18:00.0,2=0000:3b:00.0' (number in the container=bus id)."""
-    return ",".join(f"{number}={bus}" for number, bus in gpus)
-
-
-def parse_run_gpus(text: str) -> list[tuple[int, str]]:
-    """The inverse of format_run_gpus; an entry that does not read is skipped."""
-    out: list[tuple[int, str]] = []
-    for item in text.split(","):
-        number, _, bus = item.strip().partition("=")
-        if number.isdigit() and bus:
-            with contextlib.suppress(RigError):
-                out.append((int(number), normalize_bus_id(bus)))
-    return out
-
-
 def run_gpus(listed: Sequence[tuple[GpuInfo, str]], environ: Mapping[str, str]) -> list[tuple[int, GpuInfo]]:
     """The run's GPUs among NVML's (each with its bus id), with the number the user knows each by.
 
-    RIG_RUN_GPUS (set by `rig train`) wins; otherwise the GPUs CUDA_VISIBLE_DEVICES exposes, by
+    rig.rankenv's run GPUs (set by `rig train`) win; otherwise the GPUs CUDA_VISIBLE_DEVICES exposes, by
     CUDA ordinal (rig sets CUDA_DEVICE_ORDER=PCI_BUS_ID: ordinals follow bus order). Raises
     RigError for a CUDA_VISIBLE_DEVICES entry that names no GPU."""
     by_bus = {bus: gpu for gpu, bus in listed}
-    text = environ.get(RUN_GPUS_ENV)
-    if text is not None:
-        return [(number, by_bus[bus]) for number, bus in parse_run_gpus(text) if bus in by_bus]
+    named = rankenv.run_gpus(environ)
+    if named is not None:
+        return [(number, by_bus[bus]) for number, bus in named if bus in by_bus]
     buses = sorted(by_bus)
     visible = apply_visible_devices(
         buses, environ.get("CUDA_VISIBLE_DEVICES"), {b: by_bus[b].uuid for b in buses}

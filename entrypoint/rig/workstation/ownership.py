@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rig import log, paths, safefs
+from rig import log, paths, safefs, userids
 from rig.errors import RigError
 from rig.workstation import users
 
@@ -111,12 +111,13 @@ def follow_ids(
                 )
         if changed > before:
             _logger.info(
-                "gave %d file(s) in the volumes from uid %d gid %d to uid %d gid %d (RIG_UID/RIG_GID)",
+                "gave %d file(s) in the volumes from uid %d gid %d to uid %d gid %d (%s)",
                 changed - before,
                 previous.uid,
                 previous.gid,
                 ids.uid,
                 ids.gid,
+                userids.BOTH,
             )
     if unfinished is not None:
         _write_record(pending, unfinished)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rig import log
 from rig.errors import RigError
+from rig.userids import UID_ENV
 from rig.workstation import sshd, users
 
 SECRETS_DIR = Path("/run/secrets")
@@ -67,7 +68,7 @@ def _warn_if_exposed(path: Path, what: str, ids: users.Ids | None) -> None:
     if readable_by(st, ids):
         _logger.warning(
             "%s: %s is readable by user %s (mode %o, owner %d:%d), so every login can read the secret; "
-            "on the host, `chmod 600` the file and make it owned by another user than RIG_UID (e.g. root)",
+            f"on the host, `chmod 600` the file and make it owned by another user than {UID_ENV} (e.g. root)",
             what,
             path,
             users.USER,

@@ -32,6 +32,8 @@ from rig.workstation.spec import ServiceSpec
 
 _logger = log.get("serve")
 TICK = 0.2
+# How long the sessions' jobs get to exit after TERM, before the services stop (rig serve reads it).
+SESSION_GRACE_ENV = "RIG_SESSION_GRACE"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -313,8 +315,9 @@ class Supervisor:
                 break
             if self.clock() >= deadline:
                 _logger.warning(
-                    "sessions' jobs still running after %.0f s (RIG_SESSION_GRACE): %s; stopping anyway",
+                    "sessions' jobs still running after %.0f s (%s): %s; stopping anyway",
                     self.policy.session_grace,
+                    SESSION_GRACE_ENV,
                     sessions.describe(plan.wait),
                 )
                 return

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import log, paths, safefs
+from rig import log, paths, safefs, userids
 from rig.errors import RigError
+from rig.userids import GID_ENV, UID_ENV
 from rig.workstation import userenv
 
 USER = "yolo"
@@ -47,10 +48,10 @@ def _parse_id(name: str, raw: str) -> int:
 
 def requested_ids(environ: Mapping[str, str], current: Ids) -> Ids:
     """The ids asked for by RIG_UID/RIG_GID; RIG_GID defaults to RIG_UID when only that is set."""
-    raw_uid = environ.get("RIG_UID", "").strip()
-    raw_gid = environ.get("RIG_GID", "").strip()
-    uid = _parse_id("RIG_UID", raw_uid) if raw_uid else current.uid
-    gid = _parse_id("RIG_GID", raw_gid) if raw_gid else (uid if raw_uid else current.gid)
+    raw_uid = environ.get(UID_ENV, "").strip()
+    raw_gid = environ.get(GID_ENV, "").strip()
+    uid = _parse_id(UID_ENV, raw_uid) if raw_uid else current.uid
+    gid = _parse_id(GID_ENV, raw_gid) if raw_gid else (uid if raw_uid else current.gid)
     return Ids(uid, gid)
 
 
@@ -77,7 +78,7 @@ def remap(target: Ids, root: Path = Path("/")) -> bool:
     safefs.reown_tree(
         root / HOME.relative_to("/"), (current.uid, current.gid), (target.uid, target.gid), _NO_LIMIT
     )
-    _logger.info("user %s now has uid %d gid %d (RIG_UID/RIG_GID)", USER, target.uid, target.gid)
+    _logger.info("user %s now has uid %d gid %d (%s)", USER, target.uid, target.gid, userids.BOTH)
     return True
 
 

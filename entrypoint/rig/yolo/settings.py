@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from rig import paths, safefs
+from rig import paths, safefs, userids
 
 VARIABLE = "YOLO_CONFIG_DIR"
 BAKED_CONFIG_DIR = paths.OPT / "ultralytics"  # YOLO_CONFIG_DIR of the baked defaults
@@ -100,6 +100,6 @@ def problem(environ: Mapping[str, str], root: Path = Path("/")) -> str | None:
 
 
 FIX = (
-    "run as user yolo (no `docker run --user`; RIG_UID/RIG_GID give yolo your ids), make the file "
+    f"run as user yolo (no `docker run --user`; {userids.BOTH} give yolo your ids), make the file "
     "yours (`ls -l` it), or set YOLO_CONFIG_DIR to a folder you own"
 )

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from rig import cli
+from rig.hardware.topology import format_cpulist, read_topology
 from rig.launch import binding, job
-from rig.launch.topology import format_cpulist, read_topology
 
 from tests.helpers.fakesys import FakeSys, bus
 

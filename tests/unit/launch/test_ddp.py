@@ -32,7 +32,9 @@ def test_nccl_timeout_is_minutes_and_checked() -> None:
 @pytest.mark.parametrize(
     ("environ", "device", "local_rank", "cuda", "expected"),
     [
-        ({"RIG_CUDA_DEVICE": "0"}, "0", 1, True, ddp.DdpSetup(0, "nccl", 1800)),  # rig train: its GPU alone
+        # rig train: the trainer set the binder's choice as device=; the rank uses it, read nowhere else.
+        ({}, "0", 1, True, ddp.DdpSetup(0, "nccl", 1800)),
+        ({"RIG_CUDA_DEVICE": "1"}, "0", 1, True, ddp.DdpSetup(0, "nccl", 1800)),
         ({}, "0,2", 1, True, ddp.DdpSetup(2, "nccl", 1800)),  # Ultralytics' rule without the binder
         ({"RIG_NCCL_TIMEOUT": "90"}, "0,1", 0, False, ddp.DdpSetup(None, "gloo", 90)),
     ],

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from rig import cli
 from rig.errors import RigError
-from rig.launch import binding
-from rig.launch.topology import (
+from rig.hardware.topology import (
     apply_visible_devices,
     format_cpulist,
     normalize_bus_id,
@@ -19,6 +18,7 @@ from rig.launch.topology import (
     parse_cpulist,
     read_topology,
 )
+from rig.launch import binding
 
 from tests.helpers.fakesys import FakeSys, bus, nvidia_device
 from tests.scripts.fake_nvml import NVML_ERROR_GPU_IS_LOST, FakeGpu, FakeNvml, NVMLError

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from rig import versions
 from rig.errors import RigError
+from rig.hardware.topology import Gpu, Topology
 from rig.launch.binding import make_plan
-from rig.launch.topology import Gpu, Topology
 from rig.observe import bench, doctor, doctor_gather
 from rig.observe.bench import BenchResult, LoaderResult
 from rig.observe.doctor import Check, DatasetFacts, Facts, GpuFact, Status

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from rig.errors import RigError
-from rig.observe import nvml as nvml_module
+from rig.hardware import nvml as nvml_module
 from rig.observe import telemetry
 
 from tests.helpers.waiting import wait_until
@@ -200,12 +200,6 @@ def test_a_cuda_visible_devices_naming_no_gpu_is_one_info_line(tmp_path: Path, l
     assert sampled(tmp_path, {"CUDA_VISIBLE_DEVICES": "GPU-nope"}) == {}
     assert len([line for line in logged if "GPU-nope" in line]) == 1
     assert logged[0].startswith("INFO ") and "the run goes on" in logged[0]
-
-
-def test_run_gpus_round_trip() -> None:
-    pairs = [(0, "0000:18:00.0"), (2, "10000:3b:00.0")]
-    assert telemetry.parse_run_gpus(telemetry.format_run_gpus(pairs)) == pairs
-    assert telemetry.parse_run_gpus("x=0000:18:00.0,1=,3=gpu,4=00000000:AF:00.0") == [(4, "0000:af:00.0")]
 
 
 def test_run_survives_nvml_errors_mid_run(tmp_path: Path, logged: list[str]) -> None:

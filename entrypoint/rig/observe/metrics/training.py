@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rig import log
+from rig import log, versions
 from rig.observe.metrics import config
 from rig.observe.metrics.node import serve_node
 from rig.yolo import ultra
@@ -181,7 +181,7 @@ class Publisher:
             run=_name(getattr(trainer, "save_dir", "")),
             model=_name(getattr(trainer.args, "model", "")),
             data=_name(getattr(trainer.args, "data", "")),
-            stack=self._environ.get("RIG_STACK", ""),
+            stack=self._environ.get(versions.STACK_ENV, ""),
             ultralytics_version=_ultralytics_version(),
             world_size=str(max(int(getattr(trainer, "world_size", 1) or 1), 1)),
         ).set(1)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
+from rig.hardware import topology
 from rig.yolo import ultra
 from rig.yolo.nodecache import imagecache
 
@@ -100,8 +101,8 @@ def _warn_once(why: str, ranks: int) -> None:
 def unusable_warning(why: str, ranks: int) -> str:
     return (
         f"the node image cache cannot be used ({why}): cache=False, as the launch decides without it; "
-        f"the {ranks} ranks of this node would each keep a copy of the images (RIG_CACHE_DIR on a "
-        "local disk with room and file locks keeps one per node)"
+        f"the {ranks} ranks of this node would each keep a copy of the images "
+        f"({imagecache.CACHE_DIR_ENV} on a local disk with room and file locks keeps one per node)"
     )
 
 
@@ -187,7 +188,7 @@ def _obtain(ds: Any, base: Any) -> imagecache.Images:
         list(ds.im_files),
         decode,
         estimate=estimate(ds),
-        threads=len(imagecache._node_cpus()),
+        threads=len(topology.container_cpus()),
         environ=os.environ,
     )
     if _local_rank_zero() or got.built:

@@ -50,6 +50,7 @@ from typing import Any
 
 from rig import flags, paths
 from rig.errors import RigError
+from rig.hardware import topology
 
 MAGIC = b"RIGIMG\x00\x01"
 VERSION = 1
@@ -58,7 +59,8 @@ DATA_OFFSET = 4096  # pixels start page-aligned
 MAX_NAME_BYTES = 4096  # PATH_MAX: the longest image path an index holds
 RECORD = struct.Struct("<QQIII8sII")  # offset, nbytes, h, w, c, dtype str, h0, w0
 SUFFIX = ".img"
-SUBDIR = "images"  # under RIG_CACHE_DIR, beside torch.compile's caches
+CACHE_DIR_ENV = "RIG_CACHE_DIR"  # the cache volume's folder
+SUBDIR = "images"  # under CACHE_DIR_ENV, beside torch.compile's caches
 TMP_STALE_S = 600  # a .tmp unchanged this long belongs to a dead build
 DEFAULT_MAX_FRACTION = 0.5  # of the cache file system, when RIG_CACHE_MAX_GB is not set
 DEFAULT_MAX_AGE_DAYS = 30.0
@@ -80,7 +82,7 @@ def enabled(environ: Mapping[str, str]) -> bool:
 
 
 def cache_dir(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get("RIG_CACHE_DIR") or paths.CACHE) / SUBDIR
+    return Path(environ.get(CACHE_DIR_ENV) or paths.CACHE) / SUBDIR
 
 
 def max_bytes(environ: Mapping[str, str], fs_total: int) -> int:
@@ -339,23 +341,11 @@ class Decoded:
     hw0: tuple[int, int]
 
 
-def _node_cpus() -> set[int]:
-    """The CPUs this container may use. A rank is bound to its share; while it builds, the other
-    ranks wait for the file, so the build uses all of them."""
-    for f in ("/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"):
-        with contextlib.suppress(OSError, ValueError):
-            cpus: set[int] = set()
-            for part in Path(f).read_text().strip().split(","):
-                lo, _, hi = part.partition("-")
-                cpus.update(range(int(lo), int(hi or lo) + 1))
-            if cpus:
-                return cpus
-    return set(os.sched_getaffinity(0))
-
-
 def _widen_thread() -> None:
+    # A rank is bound to its share of the CPUs; while it builds, the other ranks wait for the file,
+    # so the build uses every CPU the container may use.
     with contextlib.suppress(OSError):
-        os.sched_setaffinity(0, _node_cpus())  # pid 0: this thread alone
+        os.sched_setaffinity(0, topology.container_cpus())  # pid 0: this thread alone
 
 
 def write(path: Path, names: Sequence[str], decode: Callable[[int], Decoded], threads: int) -> Index:

@@ -1,5 +1,5 @@
 """NVML, the NVIDIA driver's management library: rig's one way to ask it (telemetry, `rig doctor`,
-`rig bench`, and the GPU list of rig.launch.topology).
+`rig bench`, and the GPU list of rig.hardware.topology).
 
 pynvml (nvidia-ml-py) is imported on first use, and the module is injectable: tests pass a fake
 with the same functions, so neither a GPU nor the package is needed on the host. `session` pairs

@@ -12,6 +12,7 @@ test's fake one) a GPU counts only when its device node `/dev/nvidia<minor>` exi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.errors import RigError
-from rig.observe import nvml
+from rig.hardware import nvml
 
 NVIDIA_VENDOR = "0x10de"
 # PCI class 0x0300 (VGA) and 0x0302 (3D controller: every datacenter GPU).
@@ -137,6 +138,18 @@ def _allowed_cpus(sysfs: Path, live: bool, all_cpus: frozenset[int]) -> frozense
     return parse_cpulist(text) & all_cpus if text else all_cpus
 
 
+def container_cpus(sys_root: Path = Path("/")) -> frozenset[int]:
+    """The CPUs the container's cgroup allows (v2, then v1), whatever this thread's own affinity;
+    the scheduler's view where no cgroup says."""
+    sysfs = sysfs_dir(Path(sys_root))
+    for name in ("fs/cgroup/cpuset.cpus.effective", "fs/cgroup/cpuset/cpuset.effective_cpus"):
+        text = _read(sysfs / name)
+        with contextlib.suppress(ValueError):
+            if text and (cpus := parse_cpulist(text)):
+                return cpus
+    return frozenset(os.sched_getaffinity(0))
+
+
 def _sysfs_gpus(sysfs: Path) -> list[str]:
     found: list[str] = []
     for dev in sorted((sysfs / "bus/pci/devices").glob("*")):
@@ -186,6 +199,12 @@ def nvml_gpus(module: Any | None = None) -> list[tuple[str, str]] | None:
     return sorted((normalize_bus_id(b), u) for b, u in gpus)
 
 
+def visible_entries(text: str) -> list[str]:
+    """A visible-device list's entries (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES): indices or
+    UUIDs, in order, blanks dropped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def apply_visible_devices(
     bus_ids: Sequence[str], visible: str | None, uuids: Mapping[str, str] | None = None
 ) -> list[str]:
@@ -193,10 +212,7 @@ def apply_visible_devices(
     if visible is None:
         return list(bus_ids)
     chosen: list[str] = []
-    for raw in visible.split(","):
-        item = raw.strip()
-        if not item:
-            continue
+    for item in visible_entries(visible):
         if item.isdigit() or (item.startswith("-") and item[1:].isdigit()):
             idx = int(item)
             if idx < 0 or idx >= len(bus_ids):
