@@ -8,8 +8,9 @@ a rank still finishing a long batch or a validation pass loses its epoch. Here:
 - a second stop signal while the ranks save (a second Ctrl-C) kills every rank and its loader
   workers at once, instead of re-sending the signal and waiting the whole grace again (the ranks
   run in sessions of their own: a terminal's Ctrl-C reaches torchrun alone);
-- once the ranks are gone, what is left of their process groups (torch.compile's compiler processes
-  and workers of a rank killed at the deadline) is killed, so nothing outlives torchrun;
+- once the ranks are gone, what is left of their process groups is killed (torch signals the group
+  of each rank still running, not of one that died alone, whose torch.compile compiler processes ran
+  on), so nothing of a rank outlives torchrun;
 - a stop exits 128 + the signal, as a single process does, not 1 with torch's traceback: torch's
   agent re-raises the signal as an exception once the ranks are gone. When the ranks had finished
   the run (the signal came after their last stop check) it exits 0; when the ranks agreed on a stop
@@ -61,14 +62,13 @@ def kill_ranks(pids: dict[int, int]) -> None:
 
 
 def end_leftovers(pids: dict[int, int]) -> None:
-    """SIGKILL what is left of each rank's process group once torch's close has reaped the rank.
+    """SIGKILL what is left of each rank's process group once torch's close has reaped the ranks.
 
-    torch signals the rank alone (its TERM, and its KILL at the deadline), so a rank killed at the
-    deadline, or one that crashed, leaves its children running: the compiler processes torch.compile
-    starts (inductor's g++ and its worker pool: forked workers with torch 2.3, a sidecar process with
-    its own workers with torch 2.9, all in the rank's group), which no stop would reach. A group
-    outlives its leader while any member lives, so its id cannot have been reused by then; an
-    empty group is ESRCH."""
+    torch's close signals the process group of each rank still running (its TERM, its KILL at the
+    deadline), but skips a rank that already exited: one the OOM killer or a crash ended alone leaves
+    its children running, such as the compiler processes torch.compile starts (inductor's g++ and its
+    worker pool, all in the rank's group), which nothing else would end. A group outlives its leader
+    while any member lives, so its id cannot have been reused by then; an empty group is ESRCH."""
     for pid in pids.values():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)

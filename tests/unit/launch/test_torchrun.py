@@ -49,13 +49,14 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_a_rank_killed_at_the_deadline_takes_its_process_group_with_it(
+def test_a_rank_that_died_alone_takes_its_process_group_with_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """torch's close signals the rank alone (a real rank leading its session, a child of its own, as
-    inductor's g++ or worker pool): once it is reaped, rig's close kills what is left of the group."""
+    """A real rank leading its session, with a child of its own (as inductor's g++ or worker pool), is
+    SIGKILLed alone (the OOM killer); torch's close signals only ranks still running, so it skips it:
+    rig's close kills what is left of the dead rank's group."""
 
-    class PContext:  # torch's close, as it ends a rank at the deadline: the rank's pid alone, reaped
+    class PContext:  # torch's close: the group of each rank still running; an exited rank is skipped
         def __init__(self, proc: subprocess.Popen[bytes]) -> None:
             self.proc = proc
             self.subprocess_handlers = {0: SimpleNamespace(proc=proc)}
@@ -64,7 +65,8 @@ def test_a_rank_killed_at_the_deadline_takes_its_process_group_with_it(
             return {0: self.proc.pid}
 
         def close(self, death_sig: Any = None, timeout: int = 30) -> None:
-            self.proc.kill()
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
     api = types.ModuleType("torch.distributed.elastic.multiprocessing.api")
@@ -76,6 +78,8 @@ def test_a_rank_killed_at_the_deadline_takes_its_process_group_with_it(
     wait_until(lambda: child.read_text().strip() if child.exists() else "")
     worker = int(child.read_text())
     try:
+        rank.kill()  # the rank alone
+        rank.wait()
         api.PContext(rank).close()
         wait_until(lambda: not _alive(worker), timeout=10)
     finally:
