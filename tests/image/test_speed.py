@@ -1,6 +1,8 @@
 """The speed levers in the image, offline, as yolo: torch.compile works (and says what it costs on the
 CPU), `rig bench --compile` measures it, SyncBatchNorm converts the trainer's model and nothing saved
-keeps it. The CPU's compile is slow (minutes for YOLO11n): each compile here is as small as it gets."""
+keeps it. The CPU's compile is slow (minutes for YOLO11n): each compile here is of the smallest detection
+model Ultralytics builds (tests/scripts/tiny_detect.yaml: three convolutions and a Detect head), which
+takes Ultralytics' whole training path as YOLO11n does."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from tests.helpers.containers import Containers
 pytestmark = pytest.mark.image
 
 DEMO = "rig demo-data /tmp/demo --train 16 --val 4 --imgsz 64 >/dev/null"
+TINY = "/tests/tiny_detect.yaml"  # tests/scripts/ mounted at /tests
+SCRIPTS_RO = {str(SCRIPTS): {"bind": "/tests", "mode": "ro"}}
 
 
 def test_torch_compile_runs_offline_as_yolo_into_the_cache(containers: Containers) -> None:
@@ -33,10 +37,12 @@ def test_torch_compile_runs_offline_as_yolo_into_the_cache(containers: Container
 
 def test_a_cpu_run_with_compile_warns_once_and_completes(containers: Containers) -> None:
     cmd = (
-        f"{DEMO} && rig train device=cpu compile=True data=/tmp/demo/data.yaml model=yolo11n.yaml "
+        f"{DEMO} && rig train device=cpu compile=True data=/tmp/demo/data.yaml model={TINY} "
         "epochs=1 imgsz=64 batch=16 plots=False project=/tmp/runs name=c && ls /tmp/runs/c/weights/last.pt"
     )
-    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=1200, network_mode="none", shm_size="1g")
+    rc, logs = containers.oneshot(
+        ["bash", "-c", cmd], timeout=1200, network_mode="none", shm_size="1g", volumes=SCRIPTS_RO
+    )
     assert rc == 0, logs[-3000:]
     rig_warnings = [line for line in logs.splitlines() if line.startswith("WARNING launch:")]
     assert len(rig_warnings) == 1, logs[-3000:]
@@ -47,10 +53,12 @@ def test_a_cpu_run_with_compile_warns_once_and_completes(containers: Containers)
 
 def test_bench_compile_reports_the_compiled_step_beside_the_eager_one(containers: Containers) -> None:
     cmd = (
-        "rig bench --quick --compile --imgsz 64 --batch 4 --train-images 16 --source-size 64x64"
-        " --json /tmp/b.json >&2 && cat /tmp/b.json"
+        f"rig bench --quick --compile --model {TINY} --imgsz 64 --batch 4 --train-images 16"
+        " --source-size 64x64 --json /tmp/b.json >&2 && cat /tmp/b.json"
     )
-    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=1200, network_mode="none", shm_size="1g")
+    rc, logs = containers.oneshot(
+        ["bash", "-c", cmd], timeout=1200, network_mode="none", shm_size="1g", volumes=SCRIPTS_RO
+    )
     assert rc == 0, logs[-3000:]
     res: dict[str, Any] = json.loads(logs[logs.rindex('{\n  "loader"') :])
     assert res["compile_used"] is True and res["compile_note"] is None, res
@@ -68,7 +76,7 @@ def test_sync_bn_converts_the_trainers_model_and_no_checkpoint_keeps_it(containe
         timeout=300,
         network_mode="none",
         shm_size="1g",
-        volumes={str(SCRIPTS): {"bind": "/tests", "mode": "ro"}},
+        volumes=SCRIPTS_RO,
     )
     assert rc == 0, logs[-3000:]
     # Every BatchNorm2d of YOLO11n (81) is a SyncBatchNorm, its weights and running statistics kept.
