@@ -1,0 +1,116 @@
+"""The package's import graph: no cycle among rig's modules at import time, the ground floor
+(rig.hardware) imports none of the floors above it, and launch/ reaches observe/ only where a run
+attaches its telemetry and metrics."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "entrypoint" / "rig"
+
+# The modules of launch/ that may import observe/: the rank attaches telemetry and its metrics
+# (trainer), the launcher serves the node's /metrics (torchrun) and checks its port (job).
+LAUNCH_TO_OBSERVE = {"rig.launch.trainer", "rig.launch.torchrun", "rig.launch.job"}
+ABOVE_THE_GROUND = ("rig.launch", "rig.observe", "rig.yolo", "rig.workstation", "rig.commands")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _top_level(tree: ast.Module) -> Iterator[ast.stmt]:
+    """Statements that run at import time (not inside functions or `if TYPE_CHECKING:`)."""
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.If | ast.Try):
+            yield from (s for block in _blocks(node) for s in block)
+        yield node
+
+
+def _blocks(node: ast.If | ast.Try) -> list[list[ast.stmt]]:
+    if isinstance(node, ast.If):
+        return [node.body, node.orelse]
+    return [node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)]
+
+
+def imports_at_load(name: str, tree: ast.Module) -> set[str]:
+    """The rig modules `name` imports when it is loaded: `from rig.yolo import ultra` is rig.yolo.ultra
+    when that is a module, else the package rig.yolo."""
+    found: set[str] = set()
+    for node in _top_level(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "rig"}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "rig":
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in MODULES else node.module)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: imports_at_load(name, ast.parse(path.read_text())) for name, path in MODULES.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_on_examples() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_the_graph_is_read() -> None:
+    assert "rig.yolo.ultra" in GRAPH["rig.yolo.datasets"]
+    assert "rig.hardware.topology" in GRAPH["rig.launch.job"]
+
+
+def test_no_import_cycle() -> None:
+    cycle = find_cycle(GRAPH)
+    assert cycle is None, "import cycle at load time: " + " -> ".join(cycle or [])
+
+
+def test_the_ground_floor_imports_no_floor_above_it() -> None:
+    wrong = sorted(
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        if name.startswith("rig.hardware")
+        for dep in deps
+        if dep.startswith(ABOVE_THE_GROUND)
+    )
+    assert not wrong, wrong
+
+
+def test_launch_reaches_observe_only_to_attach_telemetry() -> None:
+    wrong = sorted(
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        if name.startswith("rig.launch") and name not in LAUNCH_TO_OBSERVE
+        for dep in deps
+        if dep.startswith("rig.observe")
+    )
+    assert not wrong, wrong
