@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.helpers import REPO
+from tests.helpers import REPO, SCRIPTS
 from tests.helpers.containers import IMAGE, free_port
 from tests.helpers.waiting import wait_until
 
@@ -156,43 +156,7 @@ def up(ws: Workstation) -> None:
 # Runs inside the container: starts a kernel through the REST API and sends it one cell over the
 # kernel websocket; waits for the reply (printing the cell's output after OUTPUT:), or only for the
 # cell to start when argv[2] is "start". argv[3], if given, is the token (else the generated one).
-KERNEL_CELL = r"""
-import datetime, json, re, sys, uuid
-from tornado import ioloop, websocket, httpclient
-code, wait = sys.argv[1], sys.argv[2]
-token = sys.argv[3] if len(sys.argv) > 3 else re.search(r'token=(\w+)', open('/run/rig/urls').read())[1]
-async def main():
-    http = httpclient.AsyncHTTPClient()
-    r = await http.fetch('http://127.0.0.1:8888/api/kernels', method='POST', body='{}',
-                         headers={'Authorization': 'token ' + token})
-    kid = json.loads(r.body)['id']
-    ws = await websocket.websocket_connect(f'ws://127.0.0.1:8888/api/kernels/{kid}/channels?token={token}')
-    msg_id = uuid.uuid4().hex
-    header = {'msg_id': msg_id, 'msg_type': 'execute_request', 'username': 'test', 'version': '5.3',
-              'session': uuid.uuid4().hex, 'date': datetime.datetime.now(datetime.timezone.utc).isoformat()}
-    content = {'code': code, 'silent': False, 'store_history': False, 'user_expressions': {},
-               'allow_stdin': False, 'stop_on_error': True}
-    ws.write_message(json.dumps({'header': header, 'parent_header': {}, 'metadata': {},
-                                 'content': content, 'channel': 'shell', 'buffers': []}))
-    out = ''
-    while True:
-        msg = await ws.read_message()
-        if msg is None:
-            print('CLOSED'); return
-        m = json.loads(msg)
-        if m.get('parent_header', {}).get('msg_id') != msg_id:
-            continue
-        if m['msg_type'] == 'stream':
-            out += m['content']['text']
-        if m['msg_type'] == 'error':
-            print('ERROR', m['content']['ename'], m['content']['evalue'])
-        if wait == 'start' and m['msg_type'] == 'status' and m['content']['execution_state'] == 'busy':
-            print('STARTED', kid); return
-        if m['msg_type'] == 'execute_reply':
-            print('OUTPUT:' + out)
-            print('REPLY', m['content']['status'], kid); return
-ioloop.IOLoop.current().run_sync(main, timeout=60)
-"""
+KERNEL_CELL = (SCRIPTS / "kernel_cell.py").read_text()
 
 
 # Runs inside the container: opens a Jupyter terminal and types argv[1] into it. With argv[2], a
@@ -200,35 +164,7 @@ ioloop.IOLoop.current().run_sync(main, timeout=60)
 # output of ENV_PROBE, not the echo of what was typed); without it, it leaves at once (the terminal
 # and its job stay, as when a browser tab is closed). argv[3], if given, is the token (else the
 # generated one).
-TERMINAL = r"""
-import json, re, sys
-from tornado import ioloop, websocket, httpclient
-typed = sys.argv[1]
-until = sys.argv[2] if len(sys.argv) > 2 else ''
-token = sys.argv[3] if len(sys.argv) > 3 else re.search(r'token=(\w+)', open('/run/rig/urls').read())[1]
-async def main():
-    http = httpclient.AsyncHTTPClient()
-    r = await http.fetch('http://127.0.0.1:8888/api/terminals', method='POST', body='{}',
-                         headers={'Authorization': 'token ' + token})
-    name = json.loads(r.body)['name']
-    ws = await websocket.websocket_connect(f'ws://127.0.0.1:8888/terminals/websocket/{name}?token={token}')
-    ws.write_message(json.dumps(['stdin', typed + '\r']))
-    if not until:
-        await ws.read_message()
-        ws.close()
-        print('TYPED', name)
-        return
-    out = ''
-    while not re.search(until, out):
-        msg = await ws.read_message()
-        if msg is None:
-            break
-        kind, *data = json.loads(msg)
-        if kind == 'stdout':
-            out += data[0]
-    print(out)
-ioloop.IOLoop.current().run_sync(main, timeout=30)
-"""
+TERMINAL = (SCRIPTS / "jupyter_terminal.py").read_text()
 
 # What a terminal sees, for TERMINAL: echo "R""ESULT@@...@@" prints RESULT@@...@@.
 ENV_PROBE = 'echo "R""ESULT@@$(command -v python)@@$NVIDIA_VISIBLE_DEVICES@@$RIG_QUOTES@@$(id -un)@@"'

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, SCRIPTS
 from tests.helpers.containers import IMAGE
 
 pytestmark = pytest.mark.image
+
+MOUNT = {"volumes": {str(SCRIPTS): {"bind": "/tests", "mode": "ro"}}}
 
 SETTINGS = "/workspace/.config/Ultralytics/settings.json"
 READ_SETTINGS = (
@@ -90,19 +92,14 @@ def test_unwritable_settings_are_one_doctor_warning(containers: Any) -> None:
 
 @pytest.mark.slow
 def test_training_curves_reach_tensorboard_beside_rig_telemetry(containers: Any) -> None:
-    code = """
-from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
-m = EventMultiplexer().AddRunsFromDirectory('/workspace/runs/t')
-m.Reload()
-for run, tags in sorted(m.Runs().items()):
-    print('RUN', run, sorted(tags['scalars']))
-"""
     script = (
         "rig demo-data /tmp/demo --train 8 --val 2 --imgsz 64 >/dev/null 2>&1 && cd /tmp && "
         "rig train data=/tmp/demo/data.yaml model=yolo11n.yaml epochs=1 imgsz=64 batch=4 device=cpu "
-        f'plots=False project=/workspace/runs name=t && python -c "{code}"'
+        "plots=False project=/workspace/runs name=t && python /tests/tensorboard_runs.py"
     )
-    rc, logs = containers.oneshot(["bash", "-c", script], timeout=400, network_mode="none", shm_size="1g")
+    rc, logs = containers.oneshot(
+        ["bash", "-c", script], timeout=400, network_mode="none", shm_size="1g", **MOUNT
+    )
     assert rc == 0, logs[-3000:]
     runs = {line.split()[1]: line for line in logs.splitlines() if line.startswith("RUN ")}
     ultralytics_run = runs.get(".", "")
@@ -126,28 +123,16 @@ def test_plain_yolo_val_under_a_1g_container_keeps_stock_cache(containers: Any) 
     assert "Caching images" not in logs and "Results saved to" in logs, logs[-3000:]
 
 
-CLASSIFY_DATA = """
-import cv2, numpy as np
-from pathlib import Path
-for split, n in (('train', 12), ('val', 2)):
-    for cls in ('a', 'b'):
-        d = Path('/tmp/cls') / split / cls
-        d.mkdir(parents=True)
-        for i in range(n):  # 4000x3000: 36 MB each decoded, what Ultralytics' cache=ram would hold
-            cv2.imwrite(str(d / f'{i}.png'), np.full((3000, 4000, 3), 40 * i % 255, np.uint8))
-"""
-
-
 @pytest.mark.slow
 def test_rig_train_sizes_the_classification_cache_from_the_memory_limit(containers: Any) -> None:
     # 24 train images of 12 MP are 0.8 GiB decoded, 1.6 GiB with the margin: over a 1 GiB container
     # (cgroup v1 or v2, whichever this host has), though far under the host's RAM.
     script = (
-        f'python -c "{CLASSIFY_DATA}" && cd /tmp && rig train model=yolo11n-cls.yaml data=/tmp/cls '
+        "python /tests/classify_data.py && cd /tmp && rig train model=yolo11n-cls.yaml data=/tmp/cls "
         "epochs=1 imgsz=32 batch=8 device=cpu plots=False project=/tmp/runs name=c"
     )
     rc, logs = containers.oneshot(
-        ["bash", "-c", script], timeout=500, network_mode="none", shm_size="512m", **MEMORY_1G
+        ["bash", "-c", script], timeout=500, network_mode="none", shm_size="512m", **MEMORY_1G, **MOUNT
     )
     assert rc == 0, logs[-3000:]
     said = "cache=False: classification: 24 images"
@@ -156,31 +141,14 @@ def test_rig_train_sizes_the_classification_cache_from_the_memory_limit(containe
     assert "Caching images" not in logs
 
 
-CLIP = """
-import cv2, numpy as np
-w = cv2.VideoWriter('/tmp/clip.mp4', cv2.VideoWriter_fourcc(*'mp4v'), 10, (320, 240))
-for i in range(20):
-    f = np.full((240, 320, 3), 90, np.uint8)
-    cv2.rectangle(f, (20 + 5 * i, 60), (90 + 5 * i, 160), (0, 200, 255), -1)
-    w.write(f)
-w.release()
-"""
-
-# pi-heif decodes only (no HEVC encoder here to make a .heic from): its decoder must be there.
-HEIC = """
-import pi_heif
-assert 'HEVC' in str(pi_heif.libheif_info()['decoders']), pi_heif.libheif_info()
-import lap, shapely, faster_coco_eval
-print('IMPORTS-OK', lap.__version__)
-"""
-
-
 def test_tracking_works_offline_with_random_weights_and_heic_decodes(containers: Any) -> None:
     script = (
-        f'python -c "{CLIP}" && python -c "{HEIC}" && cd /tmp && '
+        "python /tests/tracking_clip.py && python /tests/heic_and_tracking_imports.py && cd /tmp && "
         "yolo track model=yolo11n.yaml source=/tmp/clip.mp4 imgsz=160 conf=0.001 project=/tmp/runs"
     )
-    rc, logs = containers.oneshot(["bash", "-c", script], timeout=400, network_mode="none", shm_size="512m")
+    rc, logs = containers.oneshot(
+        ["bash", "-c", script], timeout=400, network_mode="none", shm_size="512m", **MOUNT
+    )
     assert rc == 0, logs[-3000:]
     assert "IMPORTS-OK" in logs
     assert "video 1/1 (frame 20/20) /tmp/clip.mp4" in logs, logs[-3000:]

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from rig import cli
 from rig.errors import RigError
+from rig.hardware.topology import format_cpulist
 from rig.launch import binding, job
 from rig.yolo import tuning
 
@@ -43,7 +44,10 @@ def execs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
         raise SystemExit(0)
 
     monkeypatch.setattr(os, "execvpe", record)
-    for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES"):
+    for name in (
+        "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES",
+        job.CPU_RANKS_ENV,
+    ):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     for name in [k for k in os.environ if k.startswith("SLURM_")]:
         monkeypatch.delenv(name)
@@ -269,3 +273,111 @@ def test_the_run_directory_reservation_says_what_is_wrong_in_one_line(tmp_path: 
     assert (
         job.reserve_run_dir(tmp_path, "t", True) == job.reserve_run_dir(tmp_path, "t", True) == tmp_path / "t"
     )
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Path:
+    """A 2-socket box copy, 8 CPUs per socket, 2 GPUs (which device=cpu leaves alone)."""
+    root = tmp_path / "sys"
+    fs = FakeSys(root).node(0, "0-7").node(1, "8-15").online("0-15")
+    fs.gpu(bus(0), 0, "0-7").gpu(bus(1), 1, "8-15")
+    return root
+
+
+def _dry(box: Path, *argv: str) -> list[str]:
+    return ["train", "--sysfs-root", str(box), "--dry-run", *argv]
+
+
+def _split(out: str) -> tuple[dict[str, str], list[str]]:
+    printed = shlex.split(out.strip().splitlines()[-1])
+    env = dict(a.split("=", 1) for a in printed[1 : printed.index(sys.executable)])
+    return env, printed[len(env) + 1 :]
+
+
+def test_cpu_ranks_run_through_torchrun_the_binder_and_the_trainer(
+    box: Path, execs: list[list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = _dry(box, "--cpu-ranks", "4", "device=cpu", "data=x.yaml", "model=m.yaml", f"project={tmp_path}/r")
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    assert "INFO launch: world: 4 ranks = 1 node x 4 ranks per node (cpu, gloo)" in captured.err
+    env, cmd = _split(captured.out)
+    assert cmd[:4] == [sys.executable, "-P", "-m", "rig.launch.torchrun"]
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "4"
+    assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1"
+    plan = binding.from_json(cmd[cmd.index("--plan") + 1])
+    assert [(format_cpulist(r.cpus), r.mem_node, r.gpu_index) for r in plan] == [
+        ("0-3", 0, None), ("4-7", 0, None), ("8-11", 1, None), ("12-15", 1, None),
+    ]  # fmt: skip
+    program = cmd[cmd.index("--") + 1 :]
+    assert program[:4] == [sys.executable, "-P", "-m", "rig.launch.trainer"]
+    args = dict(a.split("=", 1) for a in program[4:])
+    # The batch split as for GPUs: Ultralytics' default 16 per rank, times the world.
+    assert args["device"] == "cpu" and args["batch"] == "64"
+    assert "batch=64: Ultralytics' default 16 per GPU x 4 GPUs" in captured.err
+    assert env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS")) is not None
+    assert "RIG_RUN_GPUS" not in env and execs == []
+
+
+def test_cpu_ranks_from_the_environment_and_across_nodes(
+    box: Path, execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = {job.CPU_RANKS_ENV: "2", "NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(_dry(box, "device=cpu", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
+    captured = capsys.readouterr()
+    assert "INFO launch: world: 4 ranks = 2 nodes x 2 ranks per node (cpu, gloo)" in captured.err
+    _, cmd = _split(captured.out)
+    assert cmd[cmd.index("--rdzv-backend") + 1] == "static" and cmd[cmd.index("--node-rank") + 1] == "1"
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "2"
+    # The batch divides by the world (4), not by this node's 2 ranks.
+    assert cli.main(_dry(box, "device=cpu", "data=x.yaml", "model=m.yaml", "batch=6")) == 1
+    assert "not divisible by the 4 ranks" in capsys.readouterr().err
+    # --cpu-ranks wins over the environment.
+    one = _dry(box, "--cpu-ranks", "1", "device=cpu", "data=x.yaml", "model=m.yaml", "batch=8")
+    assert cli.main(one) == 0
+    assert "world: 2 ranks = 2 nodes x 1 rank per node (cpu, gloo)" in capsys.readouterr().err
+
+
+def test_one_cpu_rank_on_one_node_is_the_trainer_alone(
+    box: Path, execs: list[list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(_dry(box, "device=cpu", "data=x.yaml", "model=m.yaml", f"project={tmp_path}")) == 0
+    captured = capsys.readouterr()
+    assert "world: 1 rank = 1 node x 1 rank per node (cpu, one process)" in captured.err
+    env, cmd = _split(captured.out)
+    assert cmd[:4] == [sys.executable, "-P", "-m", "rig.launch.trainer"]
+    args = dict(a.split("=", 1) for a in cmd[4:])
+    assert args["device"] == "cpu" and "batch" not in args  # one rank: Ultralytics' own default
+    assert env["RIG_RUN_DIR"] == str(tmp_path / "train")
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "message"),
+    [
+        (["--cpu-ranks", "0", "device=cpu"], {}, "--cpu-ranks 0: give the number of CPU ranks per node"),
+        (["--cpu-ranks", "two", "device=cpu"], {}, "--cpu-ranks two: give the number of CPU ranks"),
+        (["device=cpu"], {"RIG_CPU_RANKS": "x"}, "RIG_CPU_RANKS='x': give the number of CPU ranks per node"),
+        (["--cpu-ranks", "2"], {}, "--cpu-ranks 2: trains on the CPU but the run is on GPUs: add device=cpu"),
+        (["--cpu-ranks", "2", "device=0,1"], {}, "--cpu-ranks 2: trains on the CPU but the run is on GPUs"),
+        (["--cpu-ranks", "2", "--gpus", "2", "device=cpu"], {}, "--gpus 2: device=cpu is given too"),
+        (["device=0"], {"RIG_CPU_RANKS": "2"}, "unset RIG_CPU_RANKS"),
+        (["--cpu-ranks", "2", "device=mps"], {}, "device=mps: trains in one process"),
+    ],
+)
+def test_bad_cpu_ranks_are_one_line_and_launch_nothing(
+    box: Path,
+    execs: list[list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    environ: dict[str, str],
+    message: str,
+) -> None:
+    for k, v in environ.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(["train", "--sysfs-root", str(box), *argv, "data=x.yaml", "model=m.yaml"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ERROR rig: ") and message in err[0], err
+    assert execs == []

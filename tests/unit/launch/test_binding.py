@@ -1,27 +1,17 @@
-"""Topology discovery and the binding plan on fake sysfs trees (host only, no torch)."""
+"""The binding plan (rig.launch.binding) on fake sysfs trees: GPU ranks, CPU ranks, `rig plan`."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rig import cli
-from rig.errors import RigError
-from rig.hardware.topology import (
-    apply_visible_devices,
-    format_cpulist,
-    normalize_bus_id,
-    nvml_gpus,
-    parse_cpulist,
-    read_topology,
-)
+from rig.hardware.topology import format_cpulist, parse_cpulist, read_topology
 from rig.launch import binding
 
-from tests.helpers.fakesys import FakeSys, bus, nvidia_device
-from tests.scripts.fake_nvml import NVML_ERROR_GPU_IS_LOST, FakeGpu, FakeNvml, NVMLError
+from tests.helpers.fakesys import FakeSys, bus
 
 
 def _plan(
@@ -32,30 +22,6 @@ def _plan(
 
 def _rows(plan: binding.Plan) -> list[tuple[str | None, int, str, int | None]]:
     return [(r.gpu_bus_id, r.numa_node, format_cpulist(r.cpus), r.mem_node) for r in plan.ranks]
-
-
-@pytest.mark.parametrize(
-    ("text", "cpus"),
-    [("0-3", {0, 1, 2, 3}), ("0-1,8,10-11", {0, 1, 8, 10, 11}), ("5", {5}), ("", set())],
-)
-def test_cpulist_round_trip(text: str, cpus: set[int]) -> None:
-    assert parse_cpulist(text) == cpus
-    assert format_cpulist(cpus) == text
-
-
-@pytest.mark.parametrize(
-    ("raw", "norm"),
-    [
-        ("00000000:18:00.0", "0000:18:00.0"),
-        ("0000:3B:00.0", "0000:3b:00.0"),
-        ("af:00.0", "0000:af:00.0"),
-        # PCI domains above ffff (VMD, some hypervisors): NVML pads to 8 digits, sysfs writes 5.
-        ("00010000:18:00.0", "10000:18:00.0"),
-        ("10000:18:00.0", "10000:18:00.0"),
-    ],
-)
-def test_bus_ids_are_normalised_to_the_sysfs_form(raw: str, norm: str) -> None:
-    assert normalize_bus_id(raw) == norm
 
 
 def test_workstation_one_socket_two_gpus_split_by_whole_cores(tmp_path: Path) -> None:
@@ -138,82 +104,6 @@ def test_reordered_cuda_visible_devices(tmp_path: Path) -> None:
     assert read_topology(tmp_path, environ={"CUDA_VISIBLE_DEVICES": ""}).gpus == ()
 
 
-def _host_with_two_gpus(root: Path) -> list[str]:
-    """A filesystem root whose /sys lists two GPUs, as a container's /sys lists the host's."""
-    fs = FakeSys(root / "sys").node(0, "0-7").online("0-7")
-    ids = [bus(0), bus(1)]
-    for b in ids:
-        fs.gpu(b, 0, "0-7")
-    (root / "dev").mkdir()
-    return ids
-
-
-def test_without_nvml_a_gpu_counts_only_with_its_device_node(tmp_path: Path) -> None:
-    # No NVIDIA runtime: /sys shows the host's GPUs, /dev has none of them: no GPU.
-    ids = _host_with_two_gpus(tmp_path)
-    assert read_topology(tmp_path, environ={}).gpus == ()
-    # Given GPU 1 only (its node, no /proc of the driver): the driver numbers GPUs in bus order.
-    nvidia_device(tmp_path, 1)
-    assert [g.bus_id for g in read_topology(tmp_path, environ={}).gpus] == [ids[1]]
-    nvidia_device(tmp_path, 0)
-    topo = read_topology(tmp_path, environ={"CUDA_VISIBLE_DEVICES": "1"})
-    assert [(g.index, g.bus_id) for g in topo.gpus] == [(0, ids[1])]
-
-
-def test_the_drivers_proc_maps_device_minors_to_bus_ids(tmp_path: Path) -> None:
-    ids = _host_with_two_gpus(tmp_path)
-    # The driver says bus 0 is minor 1 and bus 1 is minor 0; only /dev/nvidia1 was given.
-    nvidia_device(tmp_path, 1, ids[0])
-    info = tmp_path / "proc/driver/nvidia/gpus" / ids[1] / "information"
-    info.parent.mkdir(parents=True)
-    info.write_text("Device Minor: \t 0\n")
-    assert [g.bus_id for g in read_topology(tmp_path, environ={}).gpus] == [ids[0]]
-
-
-def test_a_copy_of_sys_alone_is_trusted_and_rig_train_without_gpus_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def launched(*argv: Any) -> None:
-        raise AssertionError(f"launched {argv}")
-
-    monkeypatch.setattr(os, "execvpe", launched)
-    ids = _host_with_two_gpus(tmp_path)
-    # `rig plan --sysfs-root COPY`: another machine's /sys, no /dev to check against.
-    assert [g.bus_id for g in read_topology(tmp_path / "sys", environ={}).gpus] == ids
-    assert cli.main(["plan", "--sysfs-root", str(tmp_path / "sys"), "--gpus", "2"]) == 0
-    capsys.readouterr()
-    # The same /sys under a root whose /dev has no GPU: our no-GPU line, nothing planned.
-    assert cli.main(["train", "--sysfs-root", str(tmp_path), "--gpus", "2", "data=x.yaml"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("ERROR rig: no GPU is visible"), err
-
-
-def test_visible_devices_by_uuid_and_errors() -> None:
-    buses = ["0000:18:00.0", "0000:2a:00.0"]
-    uuids = {buses[0]: "GPU-aaaa-1111", buses[1]: "GPU-bbbb-2222"}
-    assert apply_visible_devices(buses, "GPU-bbbb,0", uuids) == [buses[1], buses[0]]
-    assert apply_visible_devices(buses, "1,7,0", uuids) == [buses[1]]  # CUDA stops at a bad index
-    with pytest.raises(RigError, match="UUID"):
-        apply_visible_devices(buses, "GPU-cccc", uuids)
-    with pytest.raises(RigError, match="twice"):
-        apply_visible_devices(buses, "0,0", uuids)
-
-
-def test_unknown_or_duplicate_bus_ids_are_one_line_errors(tmp_path: Path) -> None:
-    FakeSys(tmp_path).node(0, "0-3").gpu(bus(0), 0, "0-3")
-    with pytest.raises(RigError, match="not under"):
-        read_topology(tmp_path, ["0000:99:00.0"], environ={})
-    with pytest.raises(RigError, match="twice"):
-        read_topology(tmp_path, [bus(0), bus(0)], environ={})
-    with pytest.raises(RigError, match="not a PCI bus id"):
-        read_topology(tmp_path, ["gpu0"], environ={})
-
-
-def test_sysfs_root_may_be_a_filesystem_root(tmp_path: Path) -> None:
-    FakeSys(tmp_path / "sys").node(0, "0-3").online("0-3").gpu(bus(0), 0, "0-3")
-    assert read_topology(tmp_path, [bus(0)], environ={}).gpus[0].local_cpus == {0, 1, 2, 3}
-
-
 def test_rig_plan_json_from_a_copied_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fs = FakeSys(tmp_path).node(0, "0-15").node(1, "16-31").online("0-31")
     ids = [bus(i) for i in range(4)]
@@ -270,21 +160,41 @@ def test_plan_json_round_trips_through_the_binder_format() -> None:
     assert binding.from_json(binding.to_json(ranks)) == ranks
 
 
-def test_nvml_lists_the_gpus_in_bus_order_and_shuts_down() -> None:
-    fake = FakeNvml(
-        [FakeGpu(uuid="GPU-b", bus_id="00000000:18:00.0"), FakeGpu(uuid="GPU-a", bus_id="00000000:17:00.0")]
-    )
-    assert nvml_gpus(fake) == [("0000:17:00.0", "GPU-a"), ("0000:18:00.0", "GPU-b")]
-    assert not fake.initialised
-    assert nvml_gpus(FakeNvml(init_error=9)) is None
+def _cpus(plan: binding.Plan) -> list[tuple[str, int, int | None]]:
+    return [(format_cpulist(r.cpus), r.numa_node, r.mem_node) for r in plan.ranks]
 
 
-def test_an_nvml_error_on_one_gpu_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    class LostGpu(FakeNvml):
-        def nvmlDeviceGetPciInfo(self, h: FakeGpu) -> Any:
-            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+@pytest.mark.parametrize(
+    ("nodes", "cpuset", "nranks", "expected"),
+    [
+        # As many ranks as nodes: a node each, memory preferred there.
+        ({0: "0-7", 1: "8-15"}, None, 2, [("0-7", 0, 0), ("8-15", 1, 1)]),
+        # More: each node's CPUs split among its block of ranks.
+        ({0: "0-7", 1: "8-15"}, None, 4, [("0-3", 0, 0), ("4-7", 0, 0), ("8-11", 1, 1), ("12-15", 1, 1)]),
+        # Fewer: whole nodes, the kernel's memory policy.
+        ({0: "0-7", 1: "8-15"}, None, 1, [("0-15", -1, None)]),
+        # The container's cpuset: only allowed CPUs, nodes in proportion to what is allowed there.
+        ({0: "0-7", 1: "8-15"}, "4-15", 3, [("4-7", 0, 0), ("8-11", 1, 1), ("12-15", 1, 1)]),
+        ({0: "0-7", 1: "8-15"}, "0-3", 2, [("0-1", 0, 0), ("2-3", 0, 0)]),
+        # No NUMA information: the allowed CPUs split evenly.
+        ({}, None, 2, [("0-7", -1, None), ("8-15", -1, None)]),
+    ],
+)
+def test_cpu_plan_shares_the_numa_nodes_then_the_cores(
+    tmp_path: Path, nodes: dict[int, str], cpuset: str | None, nranks: int, expected: list[Any]
+) -> None:
+    fs = FakeSys(tmp_path).online("0-15")
+    for n, cpus in nodes.items():
+        fs.node(n, cpus)
+    if cpuset:
+        fs.cpuset(cpuset)
+    plan = binding.cpu_plan(read_topology(tmp_path, [], environ={}), nranks)
+    assert _cpus(plan) == expected
+    assert [r.local_rank for r in plan.ranks] == list(range(nranks))
+    assert all(r.gpu_bus_id is None and r.gpu_index is None for r in plan.ranks)
 
-    fake = LostGpu([FakeGpu(uuid="GPU-a")])
-    with pytest.raises(RigError, match=r"cannot read this container's GPUs \(NVMLError: NVML error 15\)"):
-        nvml_gpus(fake)
-    assert not fake.initialised
+
+def test_cpu_plan_never_splits_a_core(tmp_path: Path) -> None:
+    FakeSys(tmp_path).node(0, "0-7").online("0-7").siblings("0,4", "1,5", "2,6", "3,7")
+    plan = binding.cpu_plan(read_topology(tmp_path, [], environ={}), 2)
+    assert [format_cpulist(r.cpus) for r in plan.ranks] == ["0-1,4-5", "2-3,6-7"]
