@@ -6,38 +6,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
 
 import pytest
 from rig.workstation.servicelog import Lines, classify, pump
 
-
-class _Records(logging.Handler):
-    """rig's log records, whether or not log.setup() has stopped their propagation."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def lines(self, level: int) -> list[str]:
-        return [f"{r.name}: {r.getMessage()}" for r in self.records if r.levelno == level]
-
-
-@pytest.fixture
-def records() -> Iterator[_Records]:
-    handler = _Records()
-    logger = logging.getLogger("rig")
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
+from tests.helpers.logrecords import Records
 
 
 @pytest.mark.parametrize(
@@ -125,7 +98,7 @@ def test_pump_drains_a_huge_line_fast_in_bounded_memory() -> None:
             w.write(b"\nafter\n")
 
     logger = logging.getLogger("rig.pumped")
-    handler = _Records()
+    handler = Records()
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     writer = threading.Thread(target=write)
@@ -150,7 +123,7 @@ def test_pump_drains_a_huge_line_fast_in_bounded_memory() -> None:
 
 
 # ---- issue 26, item 8: a service's output cannot forge or hide a log line --------------------------
-def test_control_characters_in_service_output_are_escaped(records: _Records) -> None:
+def test_control_characters_in_service_output_are_escaped(records: Records) -> None:
     read_end, write_end = os.pipe()
     forged = b"\x1b[2K\rINFO serve: JupyterLab: http://evil/lab?token=x \xff\xe2\x80\xae\n"
     os.write(write_end, b"kernel says " + forged + b"\tnext\n")

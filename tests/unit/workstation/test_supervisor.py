@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from rig.errors import RigError
 from rig.workstation import services, sessions
 from rig.workstation.supervisor import Policy, State, Status, Supervisor, after_exit
 
+from tests.helpers.logrecords import Records
 from tests.helpers.waiting import wait_until
 
 # ---- supervisor: pure transitions ----------------------------------------------------------------
@@ -64,36 +65,8 @@ def _run_in_thread(sup: Supervisor) -> tuple[list[int], object]:
     return result, thread
 
 
-class _Records(logging.Handler):
-    """rig's log records, whether or not log.setup() has stopped their propagation."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def lines(self, level: int) -> list[str]:
-        return [f"{r.name}: {r.getMessage()}" for r in self.records if r.levelno == level]
-
-
-@pytest.fixture
-def records() -> Iterator[_Records]:
-    handler = _Records()
-    logger = logging.getLogger("rig")
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
-
-
 def test_crash_restarts_only_that_service_then_fatal_stops_everything_with_exit_1(
-    tmp_path: Path, records: _Records
+    tmp_path: Path, records: Records
 ) -> None:
     events: queue.SimpleQueue[int] = queue.SimpleQueue()
     policy = Policy(max_failures=3, backoff_base=0.2, backoff_cap=0.4, stop_timeout=5)
@@ -117,7 +90,7 @@ def test_crash_restarts_only_that_service_then_fatal_stops_everything_with_exit_
     assert records.lines(logging.INFO)[-1] == "rig.serve: stopped"
 
 
-def test_a_service_that_cannot_start_goes_fatal_with_one_error_line(records: _Records) -> None:
+def test_a_service_that_cannot_start_goes_fatal_with_one_error_line(records: Records) -> None:
     spec = services.ServiceSpec("ghost", ("/nonexistent/ghost",), 1, {}, None, Path("/"))
     sup = Supervisor([spec], policy=Policy(max_failures=2, backoff_base=0.1), probe=lambda p: False)
     assert sup.run() == 1
@@ -279,7 +252,7 @@ IGNORES_TERM = (
 
 
 def test_stop_waits_for_jobs_then_stops_services_and_skips_idle_shells(
-    tmp_path: Path, records: _Records
+    tmp_path: Path, records: Records
 ) -> None:
     job = subprocess.Popen([sys.executable, "-c", SAVES_ON_TERM, str(tmp_path / "saved")])
     shell = subprocess.Popen([sys.executable, "-c", IGNORES_TERM, str(tmp_path / "shell.ready")])
@@ -324,7 +297,7 @@ def test_stop_waits_for_jobs_then_stops_services_and_skips_idle_shells(
             p.wait()
 
 
-def test_stop_gives_up_on_a_job_after_the_session_grace(tmp_path: Path, records: _Records) -> None:
+def test_stop_gives_up_on_a_job_after_the_session_grace(tmp_path: Path, records: Records) -> None:
     stubborn = subprocess.Popen([sys.executable, "-c", IGNORES_TERM, str(tmp_path / "ready")])
     try:
         wait_until(lambda: (tmp_path / "ready").exists())
@@ -432,7 +405,7 @@ def test_a_script_and_what_it_runs_get_term_a_jobs_helpers_do_not() -> None:
     assert sorted(p.pid for p in plan.wait) == [10, 11, 12, 21]
 
 
-def test_stop_keeps_the_grace_when_the_processes_cannot_be_read(records: _Records) -> None:
+def test_stop_keeps_the_grace_when_the_processes_cannot_be_read(records: Records) -> None:
     calls = iter([OSError("boom"), ValueError("odd")])
 
     def read() -> list[sessions.Proc]:
