@@ -220,9 +220,11 @@ bench-cli: | image ## start-up of `rig --version`/`--help`/`health` against `pyt
 	docker run --rm -i --entrypoint /opt/venv/bin/python $(IMAGE):$(TAG) - --runs 20 < tools/measure_cli.py
 
 # The local Slurm cluster (docker/cluster/): a controller and two compute nodes from a test layer on
-# the image, compose project yolo-rig-cluster; the tests marked `cluster` run against it.
+# the image, compose project $(CLUSTER_PROJECT); the tests marked `cluster` run against it.
 CLUSTER_IMAGE ?= $(IMAGE):$(TAG)-slurm
-CLUSTER = CLUSTER_IMAGE=$(CLUSTER_IMAGE) docker compose -f docker/cluster/compose.yaml
+# Another name runs a second cluster beside the first (its own containers, network and volumes).
+CLUSTER_PROJECT ?= yolo-rig-cluster
+CLUSTER = CLUSTER_IMAGE=$(CLUSTER_IMAGE) docker compose -p $(CLUSTER_PROJECT) -f docker/cluster/compose.yaml
 CMD ?=
 # The demo dataset on the shared file system, small enough for CPU ranks.
 CLUSTER_DEMO_ARGS ?= --train 32 --val 8 --imgsz 96
@@ -253,6 +255,6 @@ cluster-down: ## remove the local cluster's containers and volumes
 .PHONY: test-cluster
 test-cluster: venv ## start the local cluster, run the tests marked `cluster` on it, remove it
 	rc=0; $(MAKE) --no-print-directory cluster-up \
-		&& CLUSTER_IMAGE=$(CLUSTER_IMAGE) IMAGE=$(IMAGE):$(TAG) PYTHONPATH=entrypoint \
+		&& CLUSTER_IMAGE=$(CLUSTER_IMAGE) CLUSTER_PROJECT=$(CLUSTER_PROJECT) IMAGE=$(IMAGE):$(TAG) PYTHONPATH=entrypoint \
 			$(VENV)/bin/pytest -m cluster tests/cluster $(PYTEST_ARGS) || rc=$$?; \
 	$(MAKE) --no-print-directory cluster-down; exit $$rc

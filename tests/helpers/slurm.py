@@ -3,6 +3,7 @@ the submit host, jobs submitted with the repository's sbatch, their state from `
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import time
@@ -11,7 +12,8 @@ from typing import Any
 
 import pytest
 
-PROJECT = "yolo-rig-cluster"
+# `make test-cluster CLUSTER_PROJECT=...` tests a second cluster started beside the first.
+PROJECT = os.environ.get("CLUSTER_PROJECT", "yolo-rig-cluster")
 SBATCH = "/opt/rig/deploy/slurm.sbatch"
 # The demo dataset cluster-up writes on the shared file system, as the nodes see it.
 DATA = "/datasets/demo/data.yaml"
