@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
@@ -109,11 +110,16 @@ def read_regular(name: str, dir_fd: int, max_bytes: int) -> bytes | None:
 
 
 def write_atomic(
-    name: str, data: bytes, dir_fd: int, mode: int = 0o644, owner: tuple[int, int] | None = None
+    name: str,
+    data: bytes | Callable[[BinaryIO], object],
+    dir_fd: int,
+    mode: int = 0o644,
+    owner: tuple[int, int] | None = None,
 ) -> None:
     """Write name in dir_fd through a new temporary file renamed over it: a link planted at name is
     replaced, never followed, and a crash leaves the old content or the new one. Mode and owner are
     set on the open descriptor, so nobody can swap the file in between. A directory at name: Skipped.
+    data: the bytes, or a function that writes them to the open file (a large checkpoint, streamed).
     """
     tmp = f".{name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(
@@ -121,7 +127,10 @@ def write_atomic(
     )
     try:
         with os.fdopen(fd, "wb", closefd=False) as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                data(f)
             f.flush()
             os.fsync(fd)
         os.fchmod(fd, mode)
@@ -143,7 +152,12 @@ def write_atomic(
         raise
 
 
-def write_file(path: Path, data: bytes, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
+def write_file(
+    path: Path,
+    data: bytes | Callable[[BinaryIO], object],
+    mode: int = 0o644,
+    owner: tuple[int, int] | None = None,
+) -> None:
     """write_atomic for a path whose folder is trusted (root's own, e.g. /run/rig); created if missing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with opened_dir(path.parent) as dfd:

@@ -65,7 +65,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = serveconfig.load(environ, ids=ids)
     # The users' jobs get TERM and this long to save their work; then the services get TERM and
     # stop_timeout before KILL.
-    session_grace = _seconds(environ, SESSION_GRACE_ENV, "90", 0, 3600)
+    # Above RIG_STOP_GRACE (90 s): a `rig train` in a session gets its whole stop, and torchrun its exit.
+    session_grace = _seconds(environ, SESSION_GRACE_ENV, "100", 0, 3600)
     stop_timeout = _seconds(environ, STOP_TIMEOUT_ENV, "10", 1, 300)
 
     # Queue signals from here on: a TERM during the start is handled as a clean stop.

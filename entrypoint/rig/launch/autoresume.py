@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.errors import RigError
-from rig.yolo import ultra
-from rig.yolo.trainer import STOPPED_MID_EPOCH  # in a checkpoint saved by a stop mid-epoch
+from rig.yolo import resumable, ultra
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class RunState:
     exists: bool
     epoch: int = -1  # the last whole epoch saved (0-based); -1: none, or stripped at the end
     epochs: int = 0  # the epochs the run was asked for
-    stopped: bool = False  # saved by a stop mid-epoch
+    position: resumable.Position | None = None  # where a rig checkpoint continues
     stripped: bool = False  # Ultralytics' end of training: the optimizer stripped, epoch -1
 
 
@@ -55,14 +54,13 @@ def read_state(run_dir: Path, load: Callable[[Path], Mapping[str, Any]] | None =
             f"resume=auto: {last} cannot be read ({type(e).__name__}: {e}); move it away to start the run "
             "again, or resume from another checkpoint with resume=True model=PATH"
         ) from None
-    metrics = ckpt.get("train_metrics") or {}
     args = ckpt.get("train_args") or {}
     return RunState(
         last,
         exists=True,
         epoch=int(ckpt.get("epoch", -1)),
         epochs=int(args.get("epochs", 0) or 0),
-        stopped=bool(metrics.get(STOPPED_MID_EPOCH)),
+        position=resumable.position(ckpt),
         stripped=ckpt.get("optimizer") is None,
     )
 
@@ -70,11 +68,11 @@ def read_state(run_dir: Path, load: Callable[[Path], Mapping[str, Any]] | None =
 def decide(run_dir: Path, state: RunState) -> Decision:
     if not state.exists:
         return Decision("fresh", f"resume=auto: no last.pt in {run_dir}: starting the run there")
-    if state.stopped or (not state.stripped and state.epoch >= 0 and state.epoch + 1 < state.epochs):
-        done = state.epoch + 1
+    where = state.position
+    if not state.stripped and where is not None and where.epoch < state.epochs:
+        return Decision("resume", f"resume=auto: continuing {state.last} at {where.describe(state.epochs)}")
+    if not state.stripped and where is None and state.epoch >= 0 and state.epoch + 1 < state.epochs:
         return Decision(
-            "resume",
-            f"resume=auto: continuing {state.last} after epoch {done}/{state.epochs}"
-            + (" (saved by a stop)" if state.stopped else ""),
+            "resume", f"resume=auto: continuing {state.last} after epoch {state.epoch + 1}/{state.epochs}"
         )
     return Decision("finished", f"resume=auto: {run_dir} is finished ({state.last}); nothing to train")

@@ -1,19 +1,25 @@
 """Checkpoints replaced atomically: `last.pt`, `best.pt` and `epochN.pt` are never half-written.
 
-Ultralytics' `save_model` writes each checkpoint with `Path.write_bytes`, which truncates the file
-and then writes it: a SIGKILL in between (torchrun's or Docker's at the end of the stop grace, an
-OOM kill) leaves a truncated `last.pt`, and `resume=True` has nothing to resume. While rig's trainer
-saves, its weight paths write through `safefs.write_file` instead (a temporary file in the same
-folder, fsync, rename over the old one): a kill leaves the old checkpoint or the new one.
+Ultralytics writes each checkpoint with `Path.write_bytes` (its `save_model`) or `torch.save` to the
+path itself (`strip_optimizer`, the end-of-training rewrite of last.pt and best.pt), which truncate
+the file and then write it: a SIGKILL in between (torchrun's or Docker's at the end of the stop
+grace, an OOM kill) leaves a truncated file, and `resume=True` has nothing to resume. Every save of
+rig's trainer (`save`: its epoch ends, stops and periodic checkpoints; `atomic_strip`: the end of
+training) goes through a temporary file in the same folder, fsync, rename over the old one: a kill
+leaves the old checkpoint or the new one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import os
-from collections.abc import Iterator
-from pathlib import Path, PosixPath
-from typing import Any
+import secrets
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from rig import safefs
 
@@ -23,15 +29,6 @@ def _file_mode() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask
-
-
-class AtomicPath(PosixPath):
-    """A path whose write_bytes replaces the file atomically; paths joined under it are AtomicPaths."""
-
-    def write_bytes(self, data: Any) -> int:
-        view = memoryview(data)
-        safefs.write_file(Path(self), view.tobytes() if not isinstance(data, bytes) else data, _file_mode())
-        return view.nbytes
 
 
 def remove_leftovers(folder: Path) -> list[str]:
@@ -44,15 +41,45 @@ def remove_leftovers(folder: Path) -> list[str]:
     return removed
 
 
-@contextlib.contextmanager
-def atomic_saves(trainer: Any) -> Iterator[None]:
-    """While the trainer saves: its `wdir`, `last` and `best` are AtomicPaths."""
-    kept = {name: getattr(trainer, name) for name in ("wdir", "last", "best")}
-    remove_leftovers(Path(kept["wdir"]))
-    for name, value in kept.items():
-        setattr(trainer, name, AtomicPath(value))
-    try:
-        yield
-    finally:
-        for name, value in kept.items():
-            setattr(trainer, name, value)
+def save(ckpt: Any, paths: Sequence[Path], dump: Callable[[Any, BinaryIO], object] | None = None) -> None:
+    """ckpt serialised once (torch.save unless `dump`, streamed: no copy of a large checkpoint in
+    memory) into the first path, then copied under the others; each replaced atomically."""
+    if dump is None:
+        dump = importlib.import_module("torch").save
+    first, *others = [Path(p) for p in paths]
+    remove_leftovers(first.parent)
+    safefs.write_file(first, functools.partial(dump, ckpt), _file_mode())
+    for other in others:
+        # A copy, never a second name for the file: a tool that rewrites one in place (Ultralytics'
+        # strip_optimizer, by hand) must not change the other.
+        safefs.write_file(other, functools.partial(_copy_into, first), _file_mode())
+
+
+def _copy_into(source: Path, out: BinaryIO) -> None:
+    with source.open("rb") as f:
+        shutil.copyfileobj(f, out, 1 << 20)
+
+
+def atomic_strip(
+    strip: Callable[..., dict[str, Any]], drop: Sequence[str] = ()
+) -> Callable[..., dict[str, Any]]:
+    """Ultralytics' strip_optimizer (the end of training's rewrite of last.pt and best.pt) writing a
+    temporary file renamed over the checkpoint, and setting the keys in `drop` to None (what only
+    training needs)."""
+
+    def stripped(f: Any, s: Any = "", updates: dict[str, Any] | None = None) -> dict[str, Any]:
+        target = Path(s or f)
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            out = strip(f, str(tmp), updates={**dict.fromkeys(drop), **(updates or {})})
+            if tmp.exists():
+                with tmp.open("rb") as written:
+                    os.fsync(written.fileno())
+                os.chmod(tmp, _file_mode())
+                os.replace(tmp, target)
+            return out
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    return stripped

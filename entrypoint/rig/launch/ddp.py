@@ -23,8 +23,13 @@ NCCL_TIMEOUT_S = 1800
 # torchrun kills its ranks 30 s after forwarding a stop signal; this replaces those 30 s. Below
 # compose's stop_grace_period (120 s), so the ranks save before Docker kills the container.
 STOP_GRACE_S = 90
+STOP_GRACE_ENV = "RIG_STOP_GRACE"
 # torch's static rendezvous gives up after this long when a node does not join (its TCPStore timeout).
 RDZV_TIMEOUT_S = 600
+# Rank 0 writes a checkpoint inside an epoch at most this often (a batch boundary after it): what a
+# SIGKILL (the OOM killer, a lost node, a grace that ran out) can cost at most.
+CHECKPOINT_EVERY_S = 900
+CHECKPOINT_EVERY_ENV = "RIG_CHECKPOINT_EVERY"
 # The ranks agree on a stop every this many batches (one tiny all-reduce and a host sync), not at
 # every batch: a stop lands at most this many batches later.
 STOP_CHECK_EVERY = 10
@@ -57,11 +62,23 @@ def stop_grace(environ: Mapping[str, str]) -> int:
     """RIG_STOP_GRACE: seconds the ranks get after a stop signal before torchrun kills them."""
     return _seconds(
         environ,
-        "RIG_STOP_GRACE",
+        STOP_GRACE_ENV,
         STOP_GRACE_S,
         1,
         3600,
         "keep it below Docker's stop timeout, Kubernetes' terminationGracePeriodSeconds or Slurm's KillWait",
+    )
+
+
+def checkpoint_every(environ: Mapping[str, str]) -> int:
+    """RIG_CHECKPOINT_EVERY: seconds between rank 0's checkpoints inside an epoch; 0: at epoch ends only."""
+    return _seconds(
+        environ,
+        CHECKPOINT_EVERY_ENV,
+        CHECKPOINT_EVERY_S,
+        0,
+        7 * 86400,
+        "what a SIGKILL may cost at most; 0 saves at epoch ends only",
     )
 
 

@@ -303,6 +303,7 @@ def node_of(devices: Devices, environ: Mapping[str, str]) -> nodes.NodeSpec:
             value="mps",
         )
     ddp.nccl_timeout(environ), ddp.stop_grace(environ), ddp.rendezvous_timeout(environ)
+    ddp.checkpoint_every(environ)
     return node
 
 

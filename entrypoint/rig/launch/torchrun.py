@@ -14,7 +14,9 @@ a rank still finishing a long batch or a validation pass loses its epoch. Here:
 - a stop exits 128 + the signal, as a single process does, not 1 with torch's traceback: torch's
   agent re-raises the signal as an exception once the ranks are gone. When the ranks had finished
   the run (the signal came after their last stop check) it exits 0; when the ranks agreed on a stop
-  torchrun itself did not get (another node's), it exits their 128 + signal, in one line;
+  torchrun itself did not get (another node's), it exits their 128 + signal, in one line. A rank
+  that crashed during the stop, or was still running at the deadline, is never a clean stop: exit 1
+  or 137, and an ERROR line naming it, so no scheduler requeues a crash as if it had been stopped;
 - for `rig train` it serves the node's /metrics (rig.observe.metrics) while its ranks run.
 
 The store: torch's TCPStore listens on every interface whatever host it is given, so any container
@@ -50,6 +52,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STOP_CODES = frozenset(128 + s for s in STOP_SIGNALS)
 # The ranks' exit codes, as the last close of their process context left them.
 _EXIT_CODES: dict[int, int | None] = {}
+_KILLED_ON_REQUEST = [False]  # a second stop signal killed the ranks
 
 
 def kill_ranks(pids: dict[int, int]) -> None:
@@ -84,6 +87,7 @@ def second_stop_kills(context: Any) -> Iterator[None]:
     def now(signum: int, _frame: FrameType | None) -> None:
         # Acts in the handler: torch's close is blocked in a wait this code cannot otherwise reach.
         _logger.info("signal %d again: killing the ranks now (their last save may be lost)", signum)
+        _KILLED_ON_REQUEST[0] = True
         kill_ranks(context.pids())
 
     kept = {s: signal.signal(s, now) for s in STOP_SIGNALS}
@@ -120,11 +124,35 @@ def install(grace_s: int) -> None:
     api.PContext.close = close
 
 
-def stop_exit_code(signum: int, rank_codes: dict[int, int | None]) -> int:
-    """What torchrun exits with after a stop signal: 0 when every rank finished the run."""
-    if rank_codes and all(code == 0 for code in rank_codes.values()):
+def stop_exit_code(signum: int, rank_codes: dict[int, int | None], killed_on_request: bool = False) -> int:
+    """What torchrun exits with after a stop signal: 128 + it when the ranks stopped on a signal (they
+    saved and exited 128 + the signal they agreed on, or died of the stop signal itself before they
+    could take it), or were killed by a second stop; 0 when every rank finished the run. Anything
+    else is not a clean stop and never looks like one: 128 + 9 when a rank was still running at the
+    stop deadline (killed: its work since the last checkpoint is lost), 1 when one crashed."""
+    codes = set(rank_codes.values())
+    if codes and codes == {0}:
         return 0
-    return 128 + signum
+    if killed_on_request:
+        return 128 + signum
+    stopped = {0, *STOP_CODES, *(-s for s in STOP_SIGNALS)}
+    if codes <= stopped:
+        return 128 + signum
+    if codes <= stopped | {-signal.SIGKILL}:
+        return 128 + signal.SIGKILL
+    return 1
+
+
+def unclean(rank_codes: dict[int, int | None]) -> list[str]:
+    """The ranks that did not stop cleanly, for the log: 'rank 1 exited 1'."""
+    stopped = {0, *STOP_CODES, *(-s for s in STOP_SIGNALS)}
+    out = []
+    for rank, code in sorted(rank_codes.items()):
+        if code == -signal.SIGKILL:
+            out.append(f"rank {rank} was killed at the stop deadline ({ddp.STOP_GRACE_ENV})")
+        elif code not in stopped:
+            out.append(f"rank {rank} exited {code} (a crash: see its error above)")
+    return out
 
 
 def agreed_stop(failures: dict[int, Any], rank_codes: dict[int, int | None]) -> int | None:
@@ -247,9 +275,11 @@ def main() -> int:
     try:
         run.main(argv)
     except api.SignalException as e:
-        code = stop_exit_code(int(e.sigval), _EXIT_CODES)
+        code = stop_exit_code(int(e.sigval), _EXIT_CODES, _KILLED_ON_REQUEST[0])
         codes = ", ".join(f"{r}: {c}" for r, c in sorted(_EXIT_CODES.items()))
         _logger.info("signal %d: the ranks exited (local rank: code) %s; exit %d", int(e.sigval), codes, code)
+        if code != 128 + int(e.sigval) and code != 0:
+            _logger.error("not a clean stop: %s", "; ".join(unclean(_EXIT_CODES)))
         return code
     except errors.ChildFailedError as e:
         stopped = agreed_stop(e.failures, _EXIT_CODES)

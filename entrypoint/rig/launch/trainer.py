@@ -1,10 +1,11 @@
 """What each rank runs: `python -m rig.launch.trainer key=value ...` -> YOLO(model).train(**args).
 
 The trainer class is rig's subclass of Ultralytics' (rig.yolo.trainer: torchrun's global
-WORLD_SIZE, a stop mid-epoch that counts for nothing); this module gives it the rank's side. SIGTERM
-only sets a flag; the ranks agree on it between batches (an all-reduce) and the subclass stops the
-Ultralytics way. The process group, CPU ranks' corrections, SyncBatchNorm and atomic saves are here
-and in the rig.launch modules they name.
+WORLD_SIZE, stops that keep the work, checkpoints inside an epoch, exact resume); this module gives
+it the rank's side. A stop signal only sets a flag; the ranks agree on it between batches (an
+all-reduce), rank 0 saves at that batch boundary and every rank exits 128 + the signal. The process
+group, CPU ranks' corrections, SyncBatchNorm, the checkpoint interval and atomic saves are here and in
+the rig.launch modules they name.
 """
 
 from __future__ import annotations
@@ -16,17 +17,18 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from rig import log, rankenv
+from rig.errors import RigError
 from rig.launch import checkpoints, cpuddp, ddp, syncbn
 from rig.observe import metrics, telemetry
+from rig.yolo import resumable, ultra
 from rig.yolo import trainer as yolo_trainer
-from rig.yolo import ultra
 
 _logger = log.get("trainer")
-stopped_mid_epoch = yolo_trainer.stopped_mid_epoch
 # Every way a run is stopped from outside: `docker stop`, Kubernetes and Slurm (TERM), Ctrl-C (INT,
 # which torchrun forwards to the ranks), a dropped SSH connection (HUP).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -73,46 +75,73 @@ def _global_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def _stop_agreed(trainer: Any) -> int:
-    """The stop signal every rank agrees on once any rank got one (the largest number, if several);
-    0: none. Under DDP the ranks compare their signals every ddp.STOP_CHECK_EVERY batches (an
-    all-reduce and a host sync), all on the same batches, so a rank that got none knows which."""
-    torch: Any = importlib.import_module("torch")
+def _agree(trainer: Any, local: int) -> int:
+    """The largest of the ranks' values (one all-reduce); local alone without a process group."""
     dist: Any = importlib.import_module("torch.distributed")
-
-    local = STOP.signum
-    distributed = bool(dist.is_available() and dist.is_initialized())
-    trainer.rig_batches = getattr(trainer, "rig_batches", 0) + 1
-    if not ddp.stop_check_due(trainer.rig_batches, distributed):
-        return 0
-    if not distributed:
+    if not (dist.is_available() and dist.is_initialized()):
         return local
+    torch: Any = importlib.import_module("torch")
     flag = torch.tensor([local], device=trainer.device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return int(flag.item())
 
 
-def _on_batch_end(trainer: Any) -> None:
-    agreed = 0 if trainer.stop else _stop_agreed(trainer)
-    if agreed:
-        trainer.stop = True
-        trainer.rig_stopping = True
-        trainer.rig_stop_signal = agreed
-        _logger.info("stop requested: finishing this batch; resume=True runs this epoch again")
+def _distributed() -> bool:
+    dist: Any = importlib.import_module("torch.distributed")
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def _stop_agreed(trainer: Any) -> int:
+    """The stop signal every rank agrees on once any rank got one (the largest number, if several);
+    0: none. Under DDP the ranks compare their signals every ddp.STOP_CHECK_EVERY batches (an
+    all-reduce and a host sync), all on the same batches, so a rank that got none knows which."""
+    trainer.rig_batches = getattr(trainer, "rig_batches", 0) + 1
+    if not ddp.stop_check_due(trainer.rig_batches, _distributed()):
+        return 0
+    return _agree(trainer, STOP.signum)
+
+
+def _stop_agreed_in_validation(trainer: Any, done: int, common: int) -> int:
+    """As _stop_agreed, during a validation pass: only on batches every rank has (`common`, the
+    fewest of any rank: the ranks' shares of the validation set differ by a batch)."""
+    distributed = _distributed()
+    if distributed and done > common:
+        return 0
+    if not ddp.stop_check_due(done, distributed):
+        return 0
+    return _agree(trainer, STOP.signum)
+
+
+def _fewest(trainer: Any, count: int) -> int:
+    if not _distributed():
+        return count
+    return -_agree(trainer, -count)
 
 
 class _LaunchRank:
     """The rank's side of rig.yolo.trainer's subclass: process group, agreed stop, CPU ranks,
-    SyncBatchNorm and atomic saves (rig.yolo.trainer.Rank)."""
+    SyncBatchNorm, checkpoint interval and atomic saves (rig.yolo.trainer.Rank)."""
 
     def world_size(self) -> int:
         return _global_world_size()
 
+    def index(self) -> int:
+        return _rank()
+
     def is_first(self) -> bool:
         return _rank() == 0
 
-    def on_batch_end(self, trainer: Any) -> None:
-        _on_batch_end(trainer)
+    def agreed_stop(self, trainer: Any) -> int:
+        return _stop_agreed(trainer)
+
+    def agreed_stop_in_validation(self, trainer: Any, done: int, common: int) -> int:
+        return _stop_agreed_in_validation(trainer, done, common)
+
+    def fewest(self, trainer: Any, count: int) -> int:
+        return _fewest(trainer, count)
+
+    def checkpoint_every(self) -> float:
+        return float(_CHECKPOINT_EVERY[0])
 
     def setup_ddp(self, trainer: Any) -> None:
         _setup_ddp(trainer)
@@ -138,8 +167,15 @@ class _LaunchRank:
     def ema_with_plain_batchnorm(self, trainer: Any) -> None:
         _ema_with_plain_batchnorm(trainer)
 
-    def atomic_saves(self, trainer: Any) -> contextlib.AbstractContextManager[None]:
-        return checkpoints.atomic_saves(trainer)
+    def save(self, ckpt: Any, paths: Sequence[Path]) -> None:
+        checkpoints.save(ckpt, paths)
+
+    def atomic_strip(self, strip: Callable[..., Any], drop: Sequence[str]) -> Callable[..., Any]:
+        return checkpoints.atomic_strip(strip, drop)
+
+
+# RIG_CHECKPOINT_EVERY, read once in main (a bad value is one line before anything starts).
+_CHECKPOINT_EVERY = [float(ddp.CHECKPOINT_EVERY_S)]
 
 
 def rig_trainer_class(base: type) -> type:
@@ -216,6 +252,11 @@ def _ema_with_plain_batchnorm(trainer: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     log.setup()
+    try:
+        _CHECKPOINT_EVERY[0] = ddp.checkpoint_every(os.environ)
+    except RigError as e:
+        print(f"ERROR trainer: {e}", file=sys.stderr)
+        return 2
     for sig in STOP_SIGNALS:
         signal.signal(sig, STOP.handler)
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -225,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # from WORLD_SIZE.
         args["device"] = str(device)
     model = ultra.yolo(args.pop("model", "yolo11n.pt"))
-    if args.get("resume") is True and stopped_mid_epoch(model.ckpt):
+    if args.get("resume") is True and resumable.position(model.ckpt) is not None:
         # Ultralytics' resume=True refuses a checkpoint at epoch -1 (a stop in the first epoch) before
         # the trainer exists; the checkpoint's path, its other form, leaves the decision to the trainer.
         args["resume"] = model.ckpt_path

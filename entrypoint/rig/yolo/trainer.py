@@ -1,10 +1,19 @@
 """rig's subclass of the task's Ultralytics trainer: what it changes in Ultralytics' training loop.
 
-Ultralytics counts the world from this node's `device` list; the subclass takes the global world
-size. A stop the ranks agreed on ends the run the Ultralytics way, except that the partial epoch
-counts for nothing: no validation, no results.csv row, no best.pt, and `last.pt` is saved as the end
-of the epoch before (marked STOPPED_MID_EPOCH), so `resume=True` runs the interrupted epoch again.
-The datasets are rig's (the node image cache, colour and layout on the device).
+- The world: Ultralytics counts it from this node's `device` list; the subclass takes the global
+  world size. CPU ranks keep their loader workers (Ultralytics sets `workers=0` on the CPU).
+- Stops lose nothing. The ranks agree on a stop signal between batches (the `Rank`); rank 0 then
+  writes a checkpoint at that batch boundary and the run ends there, without validating or scoring
+  the partial epoch. A stop during validation ends it and saves the epoch as trained, its
+  validation still to run. Every RIG_CHECKPOINT_EVERY seconds rank 0 writes the same kind of
+  checkpoint at a batch boundary, so a SIGKILL loses at most that long.
+- Resume continues exactly there (rig.yolo.resumable: what the checkpoint holds, fp32; rig.yolo.draws:
+  the random draws; rig.yolo.trainloader: the loader starting at a batch). The loop is Ultralytics'
+  own: its batch index starts at the resumed batch (its `enumerate`, for the train loader), its
+  accumulation counts from the step before the stop (`accumulate` reads past it until the first
+  step), and the running loss and accumulated gradients come back at the first resumed batch.
+- Every save is atomic, the end-of-training rewrite of last.pt and best.pt too; the datasets are
+  rig's (the node image cache, colour and layout on the device, seeded draws).
 
 What belongs to the rank rather than to Ultralytics (signals, the process group, collectives, CPU
 ranks' corrections, SyncBatchNorm, atomic saves) is the `Rank` the class is made with:
@@ -13,28 +22,32 @@ rig.launch.trainer gives it.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from rig import log
-from rig.yolo import device_augment, ultra
+from rig.yolo import device_augment, draws, resumable, trainloader, ultra
 from rig.yolo.nodecache import cached_dataset
 
 _logger = log.get("trainer")
-
-# Marks a checkpoint saved by a stop mid-epoch, in its train_metrics (the one free-form dict of a
-# checkpoint that Ultralytics' resume does not validate).
-STOPPED_MID_EPOCH = "rig/stopped_mid_epoch"
+_MISSING = object()
 
 
 class Rank(Protocol):
     """The rank's side of training, called from inside Ultralytics' trainer."""
 
     def world_size(self) -> int: ...
+    def index(self) -> int: ...  # the global rank
     def is_first(self) -> bool: ...  # global rank 0
-    def on_batch_end(self, trainer: Any) -> None: ...  # sets trainer.stop when the ranks agree to stop
+    def agreed_stop(self, trainer: Any) -> int: ...  # after each training batch: the agreed signal, or 0
+    # During a validation pass, after `done` of its batches; `common`: the fewest any rank has.
+    def agreed_stop_in_validation(self, trainer: Any, done: int, common: int) -> int: ...
+    def fewest(self, trainer: Any, count: int) -> int: ...  # the smallest count over the ranks
+    def checkpoint_every(self) -> float: ...  # seconds; 0: no checkpoints inside an epoch
     def setup_ddp(self, trainer: Any) -> None: ...  # the process group
     def best_on_every_rank(self, trainer: Any) -> bool: ...
     def cpu_setup_train(self) -> contextlib.AbstractContextManager[None]: ...
@@ -43,34 +56,50 @@ class Rank(Protocol):
     def use_sync_batchnorm(self, trainer: Any) -> None: ...  # sets trainer.rig_sync_bn
     def keep_frozen_in_eval(self, trainer: Any) -> None: ...
     def ema_with_plain_batchnorm(self, trainer: Any) -> None: ...
-    def atomic_saves(self, trainer: Any) -> contextlib.AbstractContextManager[None]: ...
+    def save(self, ckpt: Any, paths: Sequence[Path]) -> None: ...  # atomically, under every path
+    def atomic_strip(self, strip: Callable[..., Any], drop: Sequence[str]) -> Callable[..., Any]: ...
 
 
-def stopped_mid_epoch(ckpt: Mapping[str, Any] | None) -> bool:
-    """Whether the checkpoint is a stop's: its `epoch` is the one before the interrupted epoch."""
-    metrics = (ckpt or {}).get("train_metrics") or {}
-    return bool(metrics.get(STOPPED_MID_EPOCH))
+class ValidationStopped(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 @contextlib.contextmanager
 def _set_for_now(obj: object, **values: Any) -> Iterator[None]:
-    kept = {name: getattr(obj, name) for name in values}
+    """obj's attributes (a module's globals too, present or not) set while inside."""
+    kept = {name: getattr(obj, name, _MISSING) for name in values}
     for name, value in values.items():
         setattr(obj, name, value)
     try:
         yield
     finally:
         for name, value in kept.items():
-            setattr(obj, name, value)
+            if value is _MISSING:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
 
 
 def trainer_class(base: type, rank: Rank) -> type:
-    """base (the task's Ultralytics trainer) with rig's global world size and clean stop."""
+    """base (the task's Ultralytics trainer) with rig's world size, stops, checkpoints and resume."""
 
     class RigTrainer(base):  # type: ignore[misc]
-        rig_stopping = False
         rig_sync_bn = False  # the model's BatchNorm2d layers are SyncBatchNorm
+        rig_stopping = False  # the ranks agreed to stop: the run ends at this batch boundary
+        rig_stop_signal = 0
+        rig_stop_saved = False  # the stop's checkpoint is written
+        rig_requested_workers: Any = None
+        rig_pending: resumable.Pending | None = None  # what the first resumed batch puts back
+        rig_offset = 0  # the coming epoch's first batch index (a resumed epoch's)
+        rig_batch = -1  # the index of the batch under way in its epoch
+        rig_last_opt_step = -1  # the iteration of the optimizer's last step
+        rig_step_offset = 0  # added to `accumulate` until the first step after a resume
+        rig_accumulate = 1
+        rig_last_save = 0.0  # time.monotonic() of the last checkpoint
         stopper: Any  # Ultralytics' EarlyStopping, from _setup_train on
+        loss_names: Any  # Ultralytics', from the first batch on
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -79,7 +108,22 @@ def trainer_class(base: type, rank: Rank) -> type:
             # rig's CPU ranks (device=cpu under torchrun) train DDP over gloo like GPU ranks.
             if world > 1 and (int(getattr(self, "world_size", 0)) >= 1 or self._on_cpu()):
                 self.world_size = world
-            self.add_callback("on_train_batch_end", rank.on_batch_end)
+            # Ultralytics loads on the CPU in the main process ("faster CPU training"); CPU ranks load
+            # with workers like GPU ranks, so their stops and resumes are the real ones. workers=0 asks.
+            requested = self.rig_requested_workers
+            if self._on_cpu() and requested and getattr(self.args, "workers", None) == 0:
+                self.args.workers = requested
+            for event, callback in (
+                ("on_train_start", RigTrainer._rig_train_start),
+                ("on_train_epoch_start", RigTrainer._rig_epoch_start),
+                ("on_train_batch_start", RigTrainer._rig_batch_start),
+                ("on_train_batch_end", RigTrainer._rig_batch_end),
+            ):
+                self.add_callback(event, callback)
+
+        def check_resume(self, overrides: Any) -> None:
+            super().check_resume(overrides)
+            self.rig_requested_workers = getattr(getattr(self, "args", None), "workers", None)
 
         def _on_cpu(self) -> bool:
             return str(getattr(self, "device", "")) == "cpu"
@@ -91,15 +135,23 @@ def trainer_class(base: type, rank: Rank) -> type:
         def _setup_ddp(self) -> None:
             rank.setup_ddp(self)
 
+        # ---- datasets and loaders --------------------------------------------------------------
         def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:
             # cache=ram: one decoded copy per node, mapped by every rank (rig.yolo.nodecache.cached_dataset).
-            # Training: colour and layout left to preprocess_batch, on the device (rig.yolo.device_augment).
-            with cached_dataset.in_use(self.args), device_augment.in_use(mode):
+            # Training: colour and layout left to preprocess_batch, on the device (rig.yolo.device_augment);
+            # each sample's draws seeded from its epoch and index (rig.yolo.draws).
+            with cached_dataset.in_use(self.args), device_augment.in_use(mode), draws.in_use(mode):
                 return super().build_dataset(img_path, mode, batch)
+
+        def get_dataloader(self, *args: Any, **kwargs: Any) -> Any:
+            # Workers that outlive a stop signal; epochs that start mid-way, in the order the seed gives.
+            with trainloader.in_use(int(self.args.seed)):
+                return super().get_dataloader(*args, **kwargs)
 
         def preprocess_batch(self, batch: dict[str, Any]) -> Any:
             return super().preprocess_batch(device_augment.finish(batch, self.device))
 
+        # ---- model --------------------------------------------------------------------------------
         def set_model_attributes(self) -> None:
             super().set_model_attributes()
             # Here: after the model is on its device, before compile and the DDP wrap.
@@ -127,71 +179,220 @@ def trainer_class(base: type, rank: Rank) -> type:
             ):
                 return super()._setup_train()
 
+        # ---- the loop -----------------------------------------------------------------------------
+        def _do_train(self) -> Any:
+            self.rig_last_save = time.monotonic()
+            with _set_for_now(ultra.trainer_engine(), enumerate=self._rig_enumerate):
+                return super()._do_train()
+
+        def _rig_enumerate(self, iterable: Iterable[Any], start: int = 0) -> Iterator[tuple[int, Any]]:
+            """Ultralytics' loop's `enumerate`: for the train loader, from the epoch's first batch index."""
+            if iterable is not getattr(self, "train_loader", None):
+                return builtins.enumerate(iterable, start)
+            return self._rig_batches(iterable, start)
+
+        def _rig_batches(self, loader: Iterable[Any], start: int) -> Iterator[tuple[int, Any]]:
+            offset, self.rig_offset = self.rig_offset, 0
+            for i, batch in builtins.enumerate(loader, start + offset):
+                self.rig_batch = i
+                yield i, batch
+            self._rig_put_back()  # a resumed epoch with no batch left: its validation is next
+
+        @property
+        def accumulate(self) -> int:  # Ultralytics': batches per optimizer step
+            return self.rig_accumulate + self.rig_step_offset
+
+        @accumulate.setter
+        def accumulate(self, value: int) -> None:
+            self.rig_accumulate = value
+
+        def optimizer_step(self) -> None:
+            super().optimizer_step()
+            self.rig_last_opt_step = self._rig_iteration()
+            self.rig_step_offset = 0
+
+        def _rig_iteration(self) -> int:
+            return int(self.rig_batch + len(self.train_loader) * self.epoch)
+
+        def _rig_train_start(self) -> None:
+            _logger.info(
+                "rank %d: %d loader workers for training, %d for validation",
+                rank.index(),
+                int(getattr(self.train_loader, "num_workers", 0)),
+                int(getattr(self.test_loader, "num_workers", 0)),
+            )
+
+        def _rig_epoch_start(self) -> None:
+            pending = self.rig_pending
+            done = pending.done if pending is not None else 0
+            self.rig_offset = done
+            begin = getattr(self.train_loader, "begin_epoch", None)
+            if begin is not None:
+                begin(self.epoch, done)
+
+        def _rig_batch_start(self) -> None:
+            draws.seed_batch(int(self.args.seed), rank.index(), self.epoch, self.rig_batch)
+            self._rig_put_back()
+
+        def _rig_put_back(self) -> None:
+            pending, self.rig_pending = self.rig_pending, None
+            if pending is None:
+                return
+            self.tloss = pending.tloss
+            if not self.loss_names and pending.loss_names:  # no batch yet in this process
+                self.loss_names, self.loss_items, self.loss = (
+                    pending.loss_names,
+                    pending.loss_items,
+                    pending.loss,
+                )
+                if rank.is_first() and self.metrics is not None:
+                    self.metrics.update(dict.fromkeys(self.label_loss_items(prefix="val"), 0.0))
+            resumable.put_gradients(self, pending.gradients)
+            self.rig_last_opt_step = pending.last_opt_step
+            # Ultralytics' loop counts from -1 after a resume: it steps when ni - last >= accumulate.
+            self.rig_step_offset = pending.last_opt_step + 1
+
+        def _rig_batch_end(self) -> None:
+            if self.stop:
+                return
+            done = self.rig_batch + 1
+            signum = rank.agreed_stop(self)
+            if signum:
+                self._rig_stop(signum, done)
+            elif rank.is_first() and self._rig_checkpoint_due():
+                self._rig_checkpoint(self.epoch, done, "checkpoint")
+
+        def _rig_checkpoint_due(self) -> bool:
+            every = rank.checkpoint_every()
+            return every > 0 and time.monotonic() - self.rig_last_save >= every
+
+        def _rig_stop(self, signum: int, done: int) -> None:
+            self.stop = self.rig_stopping = True
+            self.rig_stop_signal = signum
+            if getattr(self, "stopper", None) is not None:
+                # A partial epoch is not one for early stopping to judge: the loop calls the stopper next.
+                self.stopper = _FrozenStopper(self.stopper)
+            if rank.is_first():
+                _logger.info("stop requested (signal %d): saving at this batch boundary", signum)
+                self._rig_checkpoint(self.epoch, done, "stop")
+            self.rig_stop_saved = True
+
+        def _rig_checkpoint(self, epoch: int, done: int, why: str) -> None:
+            """Rank 0: last.pt, to continue at batch `done` of `epoch`."""
+            started = time.monotonic()
+            tloss = self.tloss if done else None
+            ckpt = resumable.checkpoint(self, epoch, done, self.rig_last_opt_step, tloss)
+            rank.save(ckpt, [self.last])
+            self.rig_last_save = time.monotonic()
+            where = resumable.Position(epoch, done, len(self.train_loader)).describe(self.epochs)
+            _logger.info(
+                "%s: %s continues at %s (%.1f s)", why, self.last, where, self.rig_last_save - started
+            )
+
+        # ---- validation, saves, the end -----------------------------------------------------------
         def validate(self) -> Any:
-            if self.rig_stopping:  # a SIGTERM grace period is too short for a validation pass
-                # Nor is a partial epoch one for early stopping to judge: the loop calls the stopper
-                # next, with the epoch's number and the fitness of the epoch before.
-                if getattr(self, "stopper", None) is not None:
-                    self.stopper = _FrozenStopper(self.stopper)
+            if self.rig_stopping:  # the run stops at this batch boundary: the epoch is not finished
                 return self.metrics, self.fitness
-            with self._cpu_ranks(lambda: rank.cpu_validation(self.validator)):
-                return super().validate()
+            try:
+                with self._cpu_ranks(lambda: rank.cpu_validation(self.validator)), self._rig_stoppable():
+                    return super().validate()
+            except ValidationStopped as stopped:
+                # The epoch is trained; its validation runs first when the run is resumed.
+                self._rig_stop(stopped.signum, len(self.train_loader))
+                return self.metrics, self.fitness
+
+        @contextlib.contextmanager
+        def _rig_stoppable(self) -> Iterator[None]:
+            """A validation pass the ranks can agree to end between its batches."""
+            validator = self.validator
+            common = {"batches": 0}
+
+            def start(v: Any) -> None:
+                common["batches"] = rank.fewest(self, len(v.dataloader))
+
+            def batch_end(v: Any) -> None:
+                signum = rank.agreed_stop_in_validation(self, int(v.batch_i) + 1, common["batches"])
+                if signum:
+                    raise ValidationStopped(signum)
+
+            kept = {e: list(validator.callbacks.get(e, [])) for e in ("on_val_start", "on_val_batch_end")}
+            validator.add_callback("on_val_start", start)
+            validator.add_callback("on_val_batch_end", batch_end)
+            try:
+                yield
+            finally:
+                for event, callbacks in kept.items():
+                    validator.callbacks[event] = callbacks
 
         def final_eval(self) -> Any:
             if self.rig_stopping:
                 return None
-            if self.world_size > 1 and not rank.best_on_every_rank(self):
-                return _final_eval_skipped(self, rank.is_first())
-            with self._cpu_ranks(lambda: rank.cpu_validation(self.validator)):
-                return super().final_eval()
+            engine: Any = ultra.trainer_engine()
+            strip = rank.atomic_strip(engine.strip_optimizer, [resumable.RESUME_KEY])
+            with _set_for_now(engine, strip_optimizer=strip):
+                if self.world_size > 1 and not rank.best_on_every_rank(self):
+                    return _final_eval_skipped(self, rank.is_first(), strip)
+                try:
+                    with self._cpu_ranks(lambda: rank.cpu_validation(self.validator)), self._rig_stoppable():
+                        return super().final_eval()
+                except ValidationStopped as stopped:
+                    if rank.is_first():
+                        _logger.info(
+                            "signal %d during the final validation: ended it; the run is finished (%s)",
+                            stopped.signum,
+                            self.best,
+                        )
+                    return None
 
         def save_metrics(self, metrics: dict[str, Any]) -> None:
             if not self.rig_stopping:  # a partial epoch has no validation of its own to record
                 super().save_metrics(metrics)
 
         def save_model(self) -> Any:
-            with rank.atomic_saves(self):  # a kill mid-save leaves the old file or the new one
-                return self._rig_save_model()
-
-        def _rig_save_model(self) -> Any:
-            if not self.rig_stopping:
-                return super().save_model()
-            # Saved as the end of the epoch before (resume starts at epoch + 1), marked so that resume
-            # can say so. A partial epoch is neither the best nor a save_period snapshot: best.pt is
-            # pointed at last.pt for this one save, and save_period is off.
-            marked = {**(self.metrics or {}), STOPPED_MID_EPOCH: 1.0}
-            with _set_for_now(self, epoch=self.epoch - 1, best=self.last, save_period=0, metrics=marked):
-                return super().save_model()
+            if self.rig_stopping:  # written at the stop's batch boundary
+                return self.rig_stop_saved
+            # The epoch's end: continue at the next epoch's first batch.
+            started = time.monotonic()
+            ckpt = resumable.checkpoint(self, self.epoch + 1, 0, self.rig_last_opt_step, None)
+            paths = [self.last]
+            if self.best_fitness == self.fitness:
+                paths.append(self.best)
+            if self.save_period > 0 and self.epoch % self.save_period == 0:
+                paths.append(self.wdir / f"epoch{self.epoch}.pt")
+            rank.save(ckpt, paths)
+            self.rig_last_save = time.monotonic()
+            _logger.debug("epoch %d saved in %.1f s", self.epoch + 1, self.rig_last_save - started)
+            return True
 
         def resume_training(self, ckpt: dict[str, Any] | None) -> None:
-            if ckpt is None or not self.resume or not stopped_mid_epoch(ckpt):
+            where = resumable.position(ckpt) if ckpt is not None and self.resume else None
+            if ckpt is None or where is None:
                 super().resume_training(ckpt)
                 return
-            if ckpt.get("epoch") == -1:
-                # Stopped in the first epoch: Ultralytics refuses epoch -1 as "finished". Loading the
-                # optimizer, EMA and best fitness is all its resume adds to a fresh start at epoch 0.
+            if where.epoch >= self.epochs:
+                super().resume_training(ckpt)  # Ultralytics' "finished, nothing to resume"
+                return
+            if where.epoch == 0:
+                # Ultralytics refuses epoch -1 as "finished". Loading the optimizer, EMA and best
+                # fitness is all its resume adds to a fresh start at epoch 0.
                 self._load_checkpoint_state(ckpt)
                 self.start_epoch = 0
             else:
                 super().resume_training(ckpt)
+            self.rig_pending = resumable.restore(self, ckpt)
             if rank.is_first():
-                _logger.info(
-                    "%s was saved by a stop mid-epoch: running epoch %d/%d again",
-                    self.args.model,
-                    self.start_epoch + 1,
-                    self.epochs,
-                )
+                _logger.info("resuming %s: %s", self.args.model, where.describe(self.epochs))
 
     return RigTrainer
 
 
-def _final_eval_skipped(trainer: Any, first: bool) -> None:
+def _final_eval_skipped(trainer: Any, first: bool, strip: Callable[..., Any]) -> None:
     """Ultralytics' end of training without the final validation: rank 0 strips the checkpoints."""
     if not first:
         return
-    ckpt = ultra.strip_optimizer(trainer.last) if trainer.last.exists() else {}
+    ckpt = strip(trainer.last) if trainer.last.exists() else {}
     if trainer.best.exists():
-        ultra.strip_optimizer(trainer.best, updates={"train_results": ckpt.get("train_results")})
+        strip(trainer.best, updates={"train_results": ckpt.get("train_results")})
         _logger.warning(
             "final validation skipped: %s is not visible to the ranks of every node (put the run "
             "directory on storage every node shares); validate it with `yolo val model=%s`",

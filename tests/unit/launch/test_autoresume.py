@@ -11,18 +11,25 @@ import pytest
 from rig import cli
 from rig.errors import RigError
 from rig.launch import autoresume, job, nodes
+from rig.yolo import resumable
 
 from tests.helpers.fakesys import FakeSys
 
 
-def _ckpt(epoch: int, epochs: int = 3, stopped: bool = False, stripped: bool = False) -> dict[str, Any]:
-    metrics = {autoresume.STOPPED_MID_EPOCH: 1.0} if stopped else {"metrics/mAP50(B)": 0.1}
-    return {
+def _ckpt(
+    epoch: int, epochs: int = 3, done: int | None = None, stripped: bool = False, batches: int = 10
+) -> dict[str, Any]:
+    """A checkpoint as Ultralytics (done None) or rig writes it (to continue at batch `done` of the
+    epoch after `epoch`, Ultralytics' last whole one)."""
+    ckpt: dict[str, Any] = {
         "epoch": epoch,
         "train_args": {"epochs": epochs},
-        "train_metrics": metrics,
+        "train_metrics": {"metrics/mAP50(B)": 0.1},
         "optimizer": None if stripped else {"state": {}},
     }
+    if done is not None:
+        ckpt[resumable.RESUME_KEY] = {"format": 1, "epoch": epoch + 1, "done": done, "batches": batches}
+    return ckpt
 
 
 @pytest.mark.parametrize(
@@ -31,10 +38,13 @@ def _ckpt(epoch: int, epochs: int = 3, stopped: bool = False, stripped: bool = F
         (None, "fresh"),
         (_ckpt(0), "resume"),  # epoch 1 of 3 saved
         (_ckpt(1), "resume"),
-        (_ckpt(-1, stopped=True), "resume"),  # stopped in the first epoch
-        (_ckpt(1, stopped=True), "resume"),
+        (_ckpt(-1, done=4), "resume"),  # stopped in the first epoch
+        (_ckpt(1, done=4), "resume"),
+        (_ckpt(1, done=10), "resume"),  # stopped during the validation of epoch 3
+        (_ckpt(1, done=0), "resume"),  # rig's end of epoch 2
         (_ckpt(-1, stripped=True), "finished"),  # Ultralytics' end: optimizer stripped, epoch -1
         (_ckpt(2), "finished"),  # every epoch saved, the final validation cut short
+        (_ckpt(2, done=0), "finished"),  # the same, saved by rig
     ],
 )
 def test_the_decision_follows_last_pt(tmp_path: Path, ckpt: dict[str, Any] | None, kind: str) -> None:
@@ -43,6 +53,19 @@ def test_the_decision_follows_last_pt(tmp_path: Path, ckpt: dict[str, Any] | Non
         (tmp_path / "weights/last.pt").write_bytes(b"x")
     state = autoresume.read_state(tmp_path, load=lambda _p: ckpt or {})
     assert autoresume.decide(tmp_path, state).kind == kind
+
+
+def test_resume_auto_says_where_it_continues(tmp_path: Path) -> None:
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights/last.pt").write_bytes(b"x")
+    for ckpt, where in [
+        (_ckpt(1, done=4), "epoch 3/3 at batch 5/10"),
+        (_ckpt(1, done=10), "epoch 3/3 trained, its validation next"),
+        (_ckpt(0, done=0), "epoch 2/3 from its start"),
+        (_ckpt(0), "after epoch 1/3"),  # Ultralytics' own checkpoint
+    ]:
+        state = autoresume.read_state(tmp_path, load=lambda _p, c=ckpt: c)  # type: ignore[misc]
+        assert autoresume.decide(tmp_path, state).message.endswith(where), where
 
 
 def test_an_unreadable_last_pt_is_one_line(tmp_path: Path) -> None:
@@ -109,10 +132,10 @@ def test_resume_auto_under_slurm_starts_continues_and_finishes(
 
     (run / "weights").mkdir(parents=True)
     (run / "weights/last.pt").write_bytes(b"x")
-    states = iter([_ckpt(1, stopped=True), _ckpt(-1, stripped=True)])
+    states = iter([_ckpt(1, done=4), _ckpt(-1, stripped=True)])
     monkeypatch.setattr(autoresume, "_load", lambda _p: next(states))
     code, err, args = _run(tmp_path, capsys)
-    assert code == 0 and "continuing" in err and "after epoch 2/3 (saved by a stop)" in err
+    assert code == 0 and "continuing" in err and "at epoch 3/3 at batch 5/10" in err
     assert args["resume"] == "True" and args["model"] == str(run / "weights/last.pt") and "batch" not in args
 
     code, err, args = _run(tmp_path, capsys)

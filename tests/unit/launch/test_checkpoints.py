@@ -1,6 +1,7 @@
-"""last.pt and best.pt survive a SIGKILL during a save: rig's trainer class over a base that saves the
-way Ultralytics 8.4.190's save_model does (Path.write_bytes on last, best and wdir / epochN.pt), killed
-for real while it saves. tests/image/test_multigpu.py does the same through Ultralytics' own save_model."""
+"""last.pt and best.pt survive a SIGKILL during a save: rig's checkpoint writer (every save of its
+trainer: epoch ends, stops, periodic checkpoints) killed for real while it writes a large checkpoint,
+and the end of training's rewrite (Ultralytics' strip_optimizer, made atomic). The image tests
+(test_ddp_faults.py) do the same through rig's trainer and torch.save."""
 
 from __future__ import annotations
 
@@ -10,39 +11,31 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+import pytest
 from rig.launch import checkpoints
 
-_SIZE = 48 << 20  # big enough that a plain write takes milliseconds
+_SIZE = 48 << 20  # big enough that a write takes milliseconds
 
 
-class _SavingTrainer:
-    def __init__(self, wdir: Path) -> None:
-        self.world_size, self.save_period, self.epoch = 0, 1, 0
-        self.wdir, self.last, self.best = wdir, wdir / "last.pt", wdir / "best.pt"
-
-    def add_callback(self, event: str, _callback: Any) -> None:
-        pass
-
-    def save_model(self) -> bool:
-        blob = bytes([self.epoch % 251]) * _SIZE
-        self.wdir.mkdir(parents=True, exist_ok=True)
-        self.last.write_bytes(blob)
-        self.best.write_bytes(blob)
-        (self.wdir / f"epoch{self.epoch % 2}.pt").write_bytes(blob)
-        return True
+def _dump(epoch: Any, out: BinaryIO) -> None:
+    """As torch.save streams a checkpoint: in pieces."""
+    piece = bytes([int(epoch) % 251]) * (1 << 20)
+    for _ in range(_SIZE >> 20):
+        out.write(piece)
 
 
 def _save_forever(wdir: str) -> None:
-    """The child: rig's trainer saving epoch after epoch until it is killed."""
-    from rig.launch import trainer
-
-    t = trainer.rig_trainer_class(_SavingTrainer)(Path(wdir))
+    """The child: checkpoint after checkpoint, as rig's trainer saves at its epoch ends."""
+    folder = Path(wdir)
+    folder.mkdir(parents=True, exist_ok=True)
+    epoch = 0
     while True:
-        t.save_model()
-        print("SAVED", t.epoch, flush=True)
-        t.epoch += 1
+        paths = [folder / "last.pt", folder / "best.pt", folder / f"epoch{epoch % 2}.pt"]
+        checkpoints.save(epoch, paths, dump=_dump)
+        print("SAVED", epoch, flush=True)
+        epoch += 1
 
 
 def _whole(path: Path) -> bool:
@@ -69,8 +62,8 @@ def test_a_sigkill_during_a_save_leaves_the_old_checkpoint_or_the_new_one(tmp_pa
         assert child.stdout is not None
         assert child.stdout.readline().startswith("SAVED 0")  # one whole save: the old checkpoint
         deadline = time.monotonic() + 60
-        # Kill in the middle of the next saves: once a save's temporary file is there (rig's way), or
-        # once a checkpoint is seen half-written (a plain write_bytes truncates, then writes).
+        # Kill in the middle of the next saves: once a save's temporary file is there, or once a
+        # checkpoint is seen half-written (a plain write truncates, then writes).
         while time.monotonic() < deadline:
             saving = any(wdir.glob(".*.tmp"))
             sizes = {p.name: p.stat().st_size for p in wdir.glob("*.pt") if p.exists()}
@@ -87,13 +80,38 @@ def test_a_sigkill_during_a_save_leaves_the_old_checkpoint_or_the_new_one(tmp_pa
         assert _whole(wdir / name), f"{name} is not a whole checkpoint after the kill"
 
 
-def test_the_next_save_removes_what_a_killed_save_left(tmp_path: Path) -> None:
+def test_the_next_save_removes_what_a_killed_save_left_and_copies_are_files_of_their_own(
+    tmp_path: Path,
+) -> None:
     (tmp_path / ".last.pt.0a1b2c3d4e5f.tmp").write_bytes(b"half")
     (tmp_path / "notes.tmp").write_text("the user's")
-    t = _SavingTrainer(tmp_path)
-    with checkpoints.atomic_saves(t):
-        assert isinstance(t.last, checkpoints.AtomicPath) and isinstance(
-            t.wdir / "epoch1.pt", checkpoints.AtomicPath
-        )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tmp"]
-    assert type(t.last) is type(tmp_path / "last.pt")  # restored after the save
+    checkpoints.save(3, [tmp_path / "last.pt", tmp_path / "best.pt"], dump=_dump)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt", "notes.tmp"]
+    assert _whole(tmp_path / "best.pt") and (tmp_path / "best.pt").read_bytes()[:1] == b"\x03"
+    # Rewriting one in place (as strip_optimizer's torch.save does) leaves the other alone.
+    assert os.stat(tmp_path / "best.pt").st_ino != os.stat(tmp_path / "last.pt").st_ino
+
+
+def test_the_end_of_training_rewrite_is_atomic_and_drops_what_only_training_needs(tmp_path: Path) -> None:
+    last = tmp_path / "last.pt"
+    last.write_bytes(b"the epoch's checkpoint")
+    seen: dict[str, Any] = {}
+
+    def strip(f: Any, s: Any = "", updates: dict[str, Any] | None = None) -> dict[str, Any]:
+        seen.update(f=f, s=s, updates=updates)
+        Path(s or f).write_bytes(b"stripped")
+        return {"train_results": 1}
+
+    stripped = checkpoints.atomic_strip(strip, ["rig_resume"])
+    assert stripped(last, updates={"train_results": 2}) == {"train_results": 1}
+    assert last.read_bytes() == b"stripped" and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+    assert Path(seen["s"]).parent == tmp_path and seen["s"] != str(last)  # written aside, renamed over
+    assert seen["updates"] == {"rig_resume": None, "train_results": 2}
+
+    def killed(f: Any, s: Any = "", updates: dict[str, Any] | None = None) -> dict[str, Any]:
+        Path(s).write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        checkpoints.atomic_strip(killed)(last)
+    assert last.read_bytes() == b"stripped" and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]

@@ -53,6 +53,15 @@ def test_the_ranks_compare_stop_flags_every_tenth_batch() -> None:
 
 
 # ---- 3: every stop signal, and the deadline ---------------------------------------------------------------
+def test_checkpoint_every_default_off_and_bounds() -> None:
+    assert ddp.checkpoint_every({}) == 900
+    assert ddp.checkpoint_every({"RIG_CHECKPOINT_EVERY": "0"}) == 0  # epoch ends only
+    assert ddp.checkpoint_every({"RIG_CHECKPOINT_EVERY": "5"}) == 5
+    for bad in ("-1", "1.5", "soon", "99999999"):
+        with pytest.raises(RigError, match=rf"RIG_CHECKPOINT_EVERY='{bad}': use whole seconds between 0 and"):
+            ddp.checkpoint_every({"RIG_CHECKPOINT_EVERY": bad})
+
+
 def test_stop_grace_default_and_bounds() -> None:
     assert ddp.stop_grace({}) == 90
     with pytest.raises(RigError, match="RIG_STOP_GRACE='0'"):
@@ -84,6 +93,13 @@ def test_bad_stop_grace_or_nccl_timeout_is_one_line_before_anything_runs(
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ERROR rig: RIG_STOP_GRACE='forever'"), err
+    monkeypatch.delenv("RIG_STOP_GRACE")
+    monkeypatch.setenv("RIG_CHECKPOINT_EVERY", "hourly")
+    assert (
+        cli.main(["train", "--sysfs-root", str(root), "--gpu-bus-ids", ids, "--dry-run", "data=x.yaml"]) == 1
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ERROR rig: RIG_CHECKPOINT_EVERY='hourly'"), err
 
 
 # ---- 2: each rank exactly its GPU ----------------------------------------------------------------------

@@ -20,10 +20,28 @@ from tests.helpers.waiting import wait_until
 
 def test_a_stop_exits_128_plus_the_signal_unless_the_ranks_had_finished() -> None:
     assert torchrun.stop_exit_code(signal.SIGTERM, {0: 143, 1: 143}) == 143
-    assert torchrun.stop_exit_code(signal.SIGINT, {0: -9, 1: -9}) == 130  # killed by a second Ctrl-C
+    # Killed by a second Ctrl-C: what the user asked for.
+    assert torchrun.stop_exit_code(signal.SIGINT, {0: -9, 1: -9}, killed_on_request=True) == 130
     assert torchrun.stop_exit_code(signal.SIGTERM, {0: 0, 1: 0}) == 0  # the run was finished
     assert torchrun.stop_exit_code(signal.SIGTERM, {0: 0, 1: 143}) == 143
     assert torchrun.stop_exit_code(signal.SIGHUP, {}) == 129
+    # A rank the signal itself ended before it could take it (still starting): nothing was lost.
+    assert torchrun.stop_exit_code(signal.SIGTERM, {0: -15, 1: 143}) == 143
+
+
+def test_a_crash_during_a_stop_is_never_reported_as_a_clean_stop() -> None:
+    """A scheduler requeues a job that exited 128 + its stop signal: a crashed rank (a DataLoader
+    worker killed under it, a save that failed) must not look like that, nor a rank still running at
+    the deadline (killed: its work since the last checkpoint is lost)."""
+    assert torchrun.stop_exit_code(signal.SIGTERM, {0: 1, 1: 1}) == 1
+    assert torchrun.stop_exit_code(signal.SIGTERM, {0: 143, 1: 1}) == 1
+    assert torchrun.stop_exit_code(signal.SIGTERM, {0: 143, 1: -9}) == 137
+    assert torchrun.stop_exit_code(signal.SIGTERM, {0: -11, 1: 143}) == 1  # a segfault
+    assert torchrun.stop_exit_code(signal.SIGINT, {0: None}) == 1
+    assert torchrun.unclean({0: 143, 1: 1, 2: -9}) == [
+        "rank 1 exited 1 (a crash: see its error above)",
+        "rank 2 was killed at the stop deadline (RIG_STOP_GRACE)",
+    ]
 
 
 def test_ranks_that_all_stopped_on_one_signal_are_a_stop_not_a_failure() -> None:

@@ -329,12 +329,12 @@ def test_stop_gives_up_on_a_job_after_the_session_grace(tmp_path: Path, records:
 
 @pytest.mark.parametrize(
     ("environ", "grace", "timeout"),
-    [({}, 90, 10), ({"RIG_SESSION_GRACE": "0", "RIG_STOP_TIMEOUT": "2.5"}, 0, 2.5)],
+    [({}, 100, 10), ({"RIG_SESSION_GRACE": "0", "RIG_STOP_TIMEOUT": "2.5"}, 0, 2.5)],
 )
 def test_stop_durations(environ: dict[str, str], grace: float, timeout: float) -> None:
     from rig.commands.serve import _seconds
 
-    assert _seconds(environ, "RIG_SESSION_GRACE", "90", 0, 3600) == grace
+    assert _seconds(environ, "RIG_SESSION_GRACE", "100", 0, 3600) == grace
     assert _seconds(environ, "RIG_STOP_TIMEOUT", "10", 1, 300) == timeout
 
 

@@ -1,0 +1,145 @@
+"""The random draws of training, made so that an epoch resumed at any batch draws what the
+uninterrupted epoch would have drawn. The one place that says how.
+
+- The order of an epoch: torch's DistributedSampler with the run's seed and that epoch's number
+  (`EpochSampler`). Ultralytics' persistent loader asks for the next epoch's order while the epoch
+  before is still running, under the old number; here each pass of the sampler is numbered itself.
+- Each sample's augmentation, in the loader workers: the sampler hands the dataset `Key(seed,
+  epoch, index)` instead of the bare index, and the dataset seeds Python's `random`, NumPy's global
+  generator and torch's from that key just before Ultralytics' own `__getitem__` (`seeded`). Every
+  draw Ultralytics' transforms make (mosaic's partners and placement, the affine, HSV gains, flips,
+  mixup), and any made in the workers for steps finished on the device, depends on the sample alone:
+  not on which worker loaded it, nor on what that worker loaded before.
+- The rank's own draws in a training step (multi-scale's size, anything drawn on the device): seeded
+  from (seed, rank, epoch, batch) at the start of each batch (`seed_batch`).
+So nothing random needs to be saved in a checkpoint: the epoch and the batch say it all.
+
+One difference stays with `cache` off: mosaic picks its partners among the images the worker loaded
+recently (Ultralytics' buffer, up to 8 batches), so for the first batches after a resume the pool
+is smaller than it was. The draws are the same; with `cache=ram` (partners from the whole dataset)
+or `mosaic=0` the resumed epoch is the uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import random
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from rig.yolo import ultra
+
+PREFIX = "Seeded"
+_CLASSES = ("YOLODataset", "YOLOMultiModalDataset")  # the names build_yolo_dataset instantiates
+# Separate streams for the workers' samples and the ranks' batches, however the numbers coincide.
+_SAMPLE, _BATCH = 0x5A4D, 0xBA7C
+
+
+class Key(NamedTuple):
+    """What the training sampler yields in place of an index: whose draws the sample makes."""
+
+    seed: int
+    epoch: int
+    image: int  # the dataset index
+
+
+def _words(*entropy: int) -> Any:
+    """Four 32-bit words from the numbers (NumPy's SeedSequence: well mixed, never negative input)."""
+    np: Any = importlib.import_module("numpy")
+    return np.random.SeedSequence([abs(int(e)) for e in entropy]).generate_state(4)
+
+
+def seed_all(*entropy: int) -> None:
+    """Python's `random`, NumPy's global generator and torch's (CPU, and the devices it has started)
+    seeded from the numbers."""
+    np: Any = importlib.import_module("numpy")
+    torch: Any = importlib.import_module("torch")
+    words = _words(*entropy)
+    wide = (int(words[0]) << 32) | int(words[1])
+    random.seed(wide)
+    np.random.seed(words)
+    torch.manual_seed(wide & ((1 << 63) - 1))
+
+
+def seed_sample(key: Key) -> None:
+    seed_all(_SAMPLE, key.seed, key.epoch, key.image)
+
+
+def seed_batch(seed: int, rank: int, epoch: int, batch: int) -> None:
+    seed_all(_BATCH, seed, rank, epoch, batch)
+
+
+class EpochSampler:
+    """The train loader's sampler: a DistributedSampler whose passes are numbered here (`epoch`, the
+    epoch of the next pass), yielding `Key`s; `skip` samples of the next pass are left out (a resumed
+    epoch's first batches, already trained)."""
+
+    def __init__(self, inner: Any, seed: int) -> None:
+        self.inner = inner
+        self.seed = seed
+        self.epoch = 0
+        self.skip = 0
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __iter__(self) -> Iterator[Key]:
+        epoch, skip = self.epoch, self.skip
+        self.epoch, self.skip = epoch + 1, 0
+        self.inner.set_epoch(epoch)
+        for index in list(iter(self.inner))[skip:]:
+            yield Key(self.seed, epoch, int(index))
+
+
+@functools.cache
+def seeded(base: Any) -> Any:
+    """base, whose items asked for by a `Key` make their random draws from it."""
+
+    class Seeded(base):  # type: ignore[misc]
+        def __getitem__(self, index: Any) -> Any:
+            if isinstance(index, Key):
+                seed_sample(index)
+                index = index.image
+            return super().__getitem__(index)
+
+    Seeded.__name__ = Seeded.__qualname__ = f"{PREFIX}{base.__name__}"
+    Seeded.__module__ = __name__
+    return Seeded
+
+
+def _named(name: str) -> Any:
+    """A dataset class by the name build_yolo_dataset's wrappers give it (rig.yolo.device_augment,
+    rig.yolo.nodecache.cached_dataset), or Ultralytics' own."""
+    for module in ("rig.yolo.device_augment", "rig.yolo.nodecache.cached_dataset"):
+        with contextlib.suppress(AttributeError):
+            return getattr(importlib.import_module(module), name)
+    return getattr(ultra.module("data.dataset"), name, None)
+
+
+def __getattr__(name: str) -> Any:
+    """The Seeded classes, made on first use (a spawn-started loader worker unpickles them by name)."""
+    if name.startswith(PREFIX):
+        base = _named(name.removeprefix(PREFIX))
+        if base is not None:
+            return seeded(base)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@contextlib.contextmanager
+def in_use(mode: str) -> Iterator[None]:
+    """While Ultralytics builds the train dataset, the classes it instantiates are seeded ones. Enter
+    it inside the other wrappers (rig.yolo.device_augment): it wraps whatever class is there."""
+    if mode != "train":
+        yield
+        return
+    build: Any = ultra.module("data.build")
+    kept = {name: getattr(build, name) for name in _CLASSES}
+    for name, cls in kept.items():
+        setattr(build, name, seeded(cls))
+    try:
+        yield
+    finally:
+        for name, cls in kept.items():
+            setattr(build, name, cls)
