@@ -224,69 +224,6 @@ def test_bad_input_in_the_image_is_one_line_and_dry_run_prints_the_command(
     assert "device=0,1" in command
 
 
-# The epoch of each checkpoint, and whether a stop mid-epoch saved it.
-CHECKPOINTS = (SCRIPTS / "checkpoint_epochs.py").read_text()
-
-
-@pytest.mark.slow  # three short CPU trainings: about 30 s on an idle 2-core box, minutes on a busy one
-def test_cpu_training_survives_sigterm_and_resumes(containers: Containers, tmp_path: Path) -> None:
-    c = containers.run(["sleep", "900"], environment={"RIG_USER": "root"})
-    # 12 batches an epoch: a stop lands mid-epoch.
-    rc, out = containers.exec(c, "rig demo-data /tmp/demo --train 48 --val 8 --imgsz 160", 120)
-    assert rc == 0, out
-    run, last = "/tmp/runs/t", "/tmp/runs/t/weights/last.pt"
-    resume = f"device=cpu resume=True model={last}"
-
-    def stopped(args: str, log: str, when: str) -> str:
-        """Start `rig train args`, SIGTERM it once the shell test `when` passes; its log."""
-        start = f"(sh -c 'echo $$ > /tmp/pid; exec rig train {args}'; echo $? > /tmp/rc) > {log} 2>&1 &"
-        assert containers.exec(c, "rm -f /tmp/rc", 10)[0] == 0
-        assert containers.exec(c, start, 30)[0] == 0
-        wait_until(lambda: containers.exec(c, when, 10)[0] == 0, timeout=240, interval=1)
-        containers.exec(c, "kill -TERM $(cat /tmp/pid)", 10)
-        wait_until(lambda: containers.exec(c, "test -s /tmp/rc", 10)[0] == 0, timeout=120, interval=1)
-        _, text = containers.exec(c, f"cat {log}", 10)
-        assert containers.exec(c, "cat /tmp/rc", 10)[1].strip() == "143", text
-        assert "stopped by signal 15" in text and "resume=True" in text, text
-        return text
-
-    def epochs_done() -> list[int]:
-        _, out = containers.exec(c, f"tail -n +2 {run}/results.csv 2>/dev/null | cut -d, -f1", 10)
-        return [int(float(e)) for e in out.split()]
-
-    def checkpoints() -> dict[str, list[Any]]:
-        rc, out = containers.exec(c, ["python", "-c", CHECKPOINTS, f"{run}/weights"], 120)
-        assert rc == 0, out
-        # epoch and stop mark; early stopping's state is test_cpu_ranks_image's concern
-        return {name: found[:2] for name, found in json.loads(out.strip().splitlines()[-1]).items()}
-
-    # Stopped in the first epoch: last.pt is "epoch -1", and nothing else is written.
-    args = "device=cpu data=/tmp/demo/data.yaml model=yolo11n.yaml imgsz=160 batch=4 epochs=3"
-    log = stopped(
-        f"{args} project=/tmp/runs name=t plots=False",
-        "/tmp/t1.log",
-        "grep -q 'Starting training for' /tmp/t1.log",
-    )
-    assert checkpoints() == {"last.pt": [-1, True]}, log
-    assert epochs_done() == [], log
-
-    # Resumed at epoch 1 of 3, stopped again after at least one whole epoch.
-    log = stopped(resume, "/tmp/t2.log", f"test $(tail -n +2 {run}/results.csv 2>/dev/null | wc -l) -ge 1")
-    assert f"{last} was saved by a stop mid-epoch: running epoch 1/3 again" in log, log
-    done = epochs_done()
-    assert done == list(range(1, len(done) + 1)) and 1 <= len(done) < 3, log
-    ckpts = checkpoints()
-    assert ckpts["last.pt"] == [len(done) - 1, True], log  # the interrupted epoch is len(done)
-    assert not ckpts["best.pt"][1] and set(ckpts) == {"last.pt", "best.pt"}, log
-
-    rc, log = containers.exec(c, f"rig train {resume} 2>&1", 300)
-    assert rc == 0, log
-    assert f"{last} was saved by a stop mid-epoch: running epoch {len(done) + 1}/3 again" in log, log
-    assert "Resuming training" in log, log
-    assert epochs_done() == [1, 2, 3], log
-    assert not any(stop for _, stop in checkpoints().values()), log
-
-
 def test_make_train_on_a_cpu_only_box_names_the_gpu_fix() -> None:
     # A project of its own, so the test neither touches nor leaves behind the user's volumes.
     project = f"rig-test-{uuid.uuid4().hex[:8]}"

@@ -1,7 +1,8 @@
-"""A SIGKILL in the middle of Ultralytics' own save_model, through rig's trainer, in the image.
+"""A SIGKILL in the middle of a save of rig's trainer (its save_model: Ultralytics' checkpoint with
+rig's resumable state), in the image.
 
 `child`: rig's trainer (DetectionTrainer-based) on the demo data saves last.pt, best.pt and epochN.pt
-with Ultralytics 8.4.190's save_model, epoch after epoch, printing SAVED after each.
+with its save_model, epoch after epoch, printing SAVED after each.
 `parent` (the default): starts the child, waits for one whole save, then kills it with SIGKILL as soon
 as a save is under way (its temporary file in weights/, or a checkpoint seen shorter than the last
 whole one), and prints what it saw: whether a checkpoint was ever seen half-written, and whether
@@ -33,6 +34,7 @@ def child() -> None:
     t.epoch, t.best_fitness, t.stopper, t.metrics, t.fitness = 0, 0.5, EarlyStopping(), {}, 0.5
     t.optimizer = torch.optim.SGD(t.model.parameters(), lr=0.01)
     t.scaler = torch.cuda.amp.GradScaler(enabled=False)
+    t.train_loader, t.save_period = [None] * 4, 1  # what the position is counted in; epochN.pt too
     while True:
         t.save_model()
         print("SAVED", t.epoch, flush=True)

@@ -1,0 +1,21 @@
+"""Whether two checkpoints (argv[1], argv[2]) hold the same weights bit for bit: their model and EMA
+tensors, and rig's own fp32 weights where both have them. One JSON line {part: [differing, total]}."""
+
+import json
+import sys
+
+import torch
+
+a, b = (torch.load(p, map_location="cpu", weights_only=False) for p in sys.argv[1:3])
+out = {}
+for part in ("model", "ema"):
+    if a.get(part) is None or b.get(part) is None:
+        continue
+    sa, sb = a[part].state_dict(), b[part].state_dict()
+    assert sa.keys() == sb.keys(), part
+    out[part] = [sum(not torch.equal(sa[k], sb[k]) for k in sa), len(sa)]
+ra, rb = a.get("rig_resume") or {}, b.get("rig_resume") or {}
+if ra and rb:
+    ma, mb = ra["model"], rb["model"]
+    out["rig_resume.model"] = [sum(not torch.equal(ma[k], mb[k]) for k in ma), len(ma)]
+print(json.dumps(out))
