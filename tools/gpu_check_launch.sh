@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for the launch area, unattended, about 4 minutes on one NVIDIA GPU.
+# GPU check for the launch area, unattended, about 5 minutes on one NVIDIA GPU.
 # Needs: the NVIDIA driver (nvidia-smi), python3 with torch (a newer one than the image's will do).
 # Ultralytics 8.4.190 is installed from the wheels in $WHEELS (default .whl/) when it is not
 # importable; fetch them beforehand on a machine with network:
@@ -7,10 +7,12 @@
 #     ultralytics-opencv-headless==8.4.190 ultralytics-thop ultralytics-platform polars polars-runtime-32
 # No Docker, no network. Run from the repository root:   OUT=/tmp/out tools/gpu_check_launch.sh
 # Writes under $OUT: topo.txt, gpus.csv, plan.json, plan.txt, discovery.json, launch.log,
-# train.log, gpus02.log, stop.log, stop2.log, stuck.log, batch.txt, syncbn.log, summary.txt.
+# train.log, gpus02.log, stop.log, stop2.log, term.log, term2.log, stuck.log, batch.txt, syncbn.log,
+# summary.txt.
 # Exit 0 when every check that ran passed.
 # On one GPU: 1-3 (discovery, one rank's binding and NCCL, a training run), 5 (Ctrl-C keeps the
-# epoch and exits 130; a second Ctrl-C ends the ranks at once, none left behind), 7 (no batch added
+# epoch and exits 130; a second Ctrl-C ends the ranks at once, none left behind), 5b (TERM to a run
+# with 4 loader workers: exit 143, saved inside the epoch, resume continues at that batch), 7 (no batch added
 # for one rank), 8 (SyncBatchNorm's graph breaks under torch.compile, on a fake two-rank group).
 # Needs two GPUs, skipped with the reason on one: 4 (each rank exactly its GPU, --gpus 0,LAST),
 # 6 (a stuck rank ends the job within RIG_NCCL_TIMEOUT), 7's batch for a world of several GPUs.
@@ -198,6 +200,39 @@ if "$PY" -c "import ultralytics" 2>/dev/null; then
     fi
 else
     result stop-keeps-epoch skip "ultralytics is not installed here (put its wheels in $WHEELS)"
+fi
+
+# 5b. TERM with loader workers (what docker stop, Kubernetes and scancel --signal=TERM send): torchrun
+# forwards it to the rank's whole process group, its 4 workers included. They outlive it; the rank
+# saves at a batch boundary inside the epoch and exits 143; resume=True continues at that batch.
+if "$PY" -c "import ultralytics" 2>/dev/null; then
+    ( "$PY" -m rig train --gpus 1 data="$OUT/demo/data.yaml" model=yolo11n.yaml epochs=50 imgsz=320 \
+        batch=8 workers=4 project="$OUT/runs" name=term plots=False >"$OUT/term.log" 2>&1; echo $? >"$OUT/term.rc" ) &
+    for _ in $(seq 1 180); do grep -q "Starting training for" "$OUT/term.log" 2>/dev/null && break; sleep 1; done
+    sleep 8
+    workers=$(for r in $(ranks); do pgrep -P "$r"; done | wc -l)
+    kill -TERM "$(torchrun_pid term)" 2>/dev/null
+    for _ in $(seq 1 150); do [ -s "$OUT/term.rc" ] && break; sleep 1; done
+    rc=$(cat "$OUT/term.rc" 2>/dev/null)
+    where=$(grep -o "stop: .* continues at epoch [0-9/]* at batch [0-9/]*" "$OUT/term.log" | tail -1)
+    if [ "$rc" = 143 ] && [ -n "$where" ] && [ "$workers" -ge 4 ] && ! grep -q "DataLoader worker\|Traceback" "$OUT/term.log"; then
+        result term-with-workers pass "rc 143 with $workers loader workers; $where"
+    else
+        result term-with-workers fail "rc ${rc:-none} (want 143), workers ${workers}, '${where}'; see term.log"
+    fi
+    ( "$PY" -m rig train --gpus 1 resume=True model="$OUT/runs/term/weights/last.pt" >"$OUT/term2.log" 2>&1; echo $? >"$OUT/term2.rc" ) &
+    for _ in $(seq 1 180); do grep -q "Starting training for" "$OUT/term2.log" 2>/dev/null && break; sleep 1; done
+    kill -INT "$(pgrep -f -- "-m rig.launch.torchrun .*resume=True" | head -1)" 2>/dev/null
+    for _ in $(seq 1 150); do [ -s "$OUT/term2.rc" ] && break; sleep 1; done
+    at=${where##* at }
+    if grep -q "resuming $OUT/runs/term/weights/last.pt: epoch .* at ${at}" "$OUT/term2.log" \
+        && [ "$(cat "$OUT/term2.rc" 2>/dev/null)" = 130 ]; then
+        result resume-mid-epoch pass "continued ${at}"
+    else
+        result resume-mid-epoch fail "no 'resuming ... ${at}' (or rc not 130); see term2.log"
+    fi
+else
+    result term-with-workers skip "ultralytics is not installed here (put its wheels in $WHEELS)"
 fi
 
 # 6. A stuck rank ends the job within RIG_NCCL_TIMEOUT: one rank is frozen (SIGSTOP) mid-training.

@@ -161,6 +161,7 @@ class Pending:
     loss_names: tuple[str, ...] = ()
     loss_items: Any = None
     loss: Any = None
+    batches: int = 0  # the epoch's batches per rank when saved
 
 
 def restore(trainer: Any, ckpt: Mapping[str, Any]) -> Pending:
@@ -179,6 +180,7 @@ def restore(trainer: Any, ckpt: Mapping[str, Any]) -> Pending:
         loss_names=tuple(state.get("loss_names") or ()),
         loss_items=state.get("loss_items"),
         loss=state.get("loss"),
+        batches=int(state["batches"]),
     )
 
 

@@ -225,6 +225,20 @@ def trainer_class(base: type, rank: Rank) -> type:
         def _rig_epoch_start(self) -> None:
             pending = self.rig_pending
             done = pending.done if pending is not None else 0
+            if pending is not None and done and pending.batches != len(self.train_loader):
+                # Another world size or batch: the epoch's images are shared out differently.
+                if rank.is_first():
+                    _logger.warning(
+                        "%s was saved at batch %d of %d per rank; this run has %d per rank (another "
+                        "world size or batch): epoch %d runs again from its start",
+                        self.args.model,
+                        done,
+                        pending.batches,
+                        len(self.train_loader),
+                        self.epoch + 1,
+                    )
+                pending.done = done = 0
+                pending.gradients, pending.tloss = {}, None
             self.rig_offset = done
             begin = getattr(self.train_loader, "begin_epoch", None)
             if begin is not None:
