@@ -1,7 +1,7 @@
 """The repository's deploy/slurm.sbatch, unmodified, on the local Slurm cluster (`make test-cluster`):
-two nodes x one CPU rank (gloo) train with the same image, path and trainer as GPU ranks, and each
-way a job is stopped or lost does what docs/training.md says ("Stops, time limits, requeues and
-preemption under Slurm").
+two nodes x one CPU rank (gloo) train with the same image, path and trainer as GPU ranks, and a job
+that loses a node ends as docs/training.md says ("Stops, time limits, requeues and preemption under
+Slurm"); the stops are test_slurm_stop.py's.
 
 Tiny runs: the demo dataset of cluster-up (32 images), imgsz 64, a total batch of 2 (16 batches an
 epoch: the ranks agree on a stop every 10 batches, so every stop in the first four epochs is mid-epoch).
@@ -9,7 +9,6 @@ epoch: the ranks agree on a stop every 10 batches, so every stop in the first fo
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -79,67 +78,6 @@ def wait_training(cluster: Cluster, job_id: str) -> None:
         timeout=RUN_TIMEOUT,
         interval=1,
     )
-
-
-def last_pt(cluster: Cluster, job_id: str) -> dict[str, Any]:
-    """What the run's last.pt says: its epoch, whether a stop saved it, and its mtime."""
-    script = (
-        "import json, os, sys, torch; p = sys.argv[1]; "
-        "c = torch.load(p, map_location='cpu', weights_only=False); "
-        "m = c.get('train_metrics') or {}; "
-        "print(json.dumps({'epoch': c.get('epoch'), 'stopped': bool(m.get('rig/stopped_mid_epoch')), "
-        "'mtime': os.stat(p).st_mtime}))"
-    )
-    out = cluster.check(f'python -c "{script}" {run_dir(job_id)}/weights/last.pt', timeout=300)
-    return dict(json.loads(out.strip().splitlines()[-1]))
-
-
-def test_scancel_signal_term_keeps_the_epoch(cluster: Cluster, jobs: list[str]) -> None:
-    """`scancel --signal=TERM JOBID` reaches the ranks, not srun: they stop between batches and
-    rank 0 writes last.pt after the signal; no task is killed."""
-    job_id = cluster.submit(train_args(3))
-    jobs.append(job_id)
-    wait_training(cluster, job_id)
-    sent = float(cluster.check("date +%s.%N"))
-    cluster.check(f"scancel --signal=TERM {job_id}")
-    job = cluster.wait_job(job_id, ENDED, RUN_TIMEOUT)
-    out = cluster.output(job_id)
-    assert "stop requested" in out, out[-4000:]
-    assert "Killed" not in out and "forcing job termination" not in out, out[-4000:]
-    # Every rank ran its stop: 128 + SIGTERM, the batch script passes srun's code on.
-    assert job.fields.get("ExitCode") == "143:0", (job.fields, out[-4000:])
-    state = last_pt(cluster, job_id)
-    assert state["stopped"], state
-    assert state["mtime"] > sent, (state, sent)
-
-
-def test_two_nodes_train_and_the_time_limit_warning_requeues(cluster: Cluster, jobs: list[str]) -> None:
-    """Two nodes x one CPU rank train with world 2 and global rank 0 on node0. The time-limit
-    warning (USR1 to the batch script) stops the ranks with last.pt and requeues the job; the
-    requeued job resumes (resume=auto, the same run name) and finishes: each epoch trained once.
-    One job for both, to keep CI short."""
-    epochs = 2
-    job_id = cluster.submit(train_args(epochs))
-    jobs.append(job_id)
-    wait_training(cluster, job_id)
-    assert trainer_ranks(cluster, "node0") == {"RANK=0", "WORLD_SIZE=2"}
-    assert trainer_ranks(cluster, "node1") == {"RANK=1", "WORLD_SIZE=2"}
-    wait_until(lambda: cluster.results_epochs(run_dir(job_id)) == [1], timeout=RUN_TIMEOUT, interval=1)
-    cluster.check(f"scancel --signal=USR1 --batch {job_id}")
-    wait_until(
-        lambda: cluster.job(job_id).restarts == 1 or cluster.job(job_id).state in ENDED,
-        timeout=RUN_TIMEOUT,
-        interval=1,
-    )
-    job = cluster.wait_job(job_id, ENDED, RUN_TIMEOUT)
-    out = cluster.output(job_id)
-    assert job.state == "COMPLETED", out[-4000:]
-    assert job.restarts == 1
-    # Each node logs the world once per start: two starts.
-    assert out.count("world: 2 ranks = 2 nodes x 1 rank per node (cpu, gloo)") == 4, out[-4000:]
-    assert "requeueing job" in out and "stop requested" in out, out[-4000:]
-    assert "Killed" not in out, out[-4000:]
-    assert cluster.results_epochs(run_dir(job_id)) == list(range(1, epochs + 1)), out[-4000:]
 
 
 def test_a_lost_node_ends_the_run(cluster: Cluster, jobs: list[str]) -> None:

@@ -49,7 +49,7 @@ def test_kubernetes_waits_longer_than_the_ranks() -> None:
 def test_the_sbatch_warning_leaves_room_for_the_stop_and_the_requeue() -> None:
     script = (REPO / "deploy/slurm.sbatch").read_text()
     warning = int(re.search(r"^#SBATCH --signal=B:USR1@(\d+)$", script, re.M).group(1))  # type: ignore[union-attr]
-    said = int(re.search(r"^STOP_WARNING_S=(\d+)$", script, re.M).group(1))  # type: ignore[union-attr]
+    said = int(re.search(r"^STOP_WARNING_S=\$\{STOP_WARNING_S:-(\d+)\}$", script, re.M).group(1))  # type: ignore[union-attr]
     teardown = int(re.search(r"^TEARDOWN_S=(\d+)$", script, re.M).group(1))  # type: ignore[union-attr]
     grace = int(re.search(r"^export RIG_STOP_GRACE=\$\{RIG_STOP_GRACE:-(\d+)\}$", script, re.M).group(1))  # type: ignore[union-attr]
     assert said == warning, "the script's budget names another warning than its --signal line"

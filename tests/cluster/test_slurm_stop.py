@@ -1,0 +1,123 @@
+"""Stops under Slurm with the repository's sbatch, unmodified, on the local cluster: two nodes x one
+CPU rank with its loader workers (two per rank: a GPU run's are as many as its CPUs), each stop
+through its real path.
+
+- `scancel --signal=TERM JOBID`: Slurm signals every process of the step (torchrun, the rank, its
+  workers); the ranks save at a batch boundary inside the epoch and exit 143, nothing crashes.
+- the time limit itself: Slurm's warning (--signal=B:USR1) reaches the batch script, which stops the
+  ranks the same way and requeues the job within its budget; the requeued job continues inside the
+  epoch and finishes, each epoch once. The shipped budget (180 s of warning) is scaled down for a
+  short job here, the same way a user would: --signal on the command line and STOP_WARNING_S.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers.slurm import DATA, PROJECT_DIR, RUNS, Cluster
+from tests.helpers.waiting import wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+RUN_TIMEOUT = 900  # two ranks share a busy 2-core host with the cluster's daemons
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
+
+
+def train_args(epochs: int) -> str:
+    # cluster-up's 32 demo images at batch 2 over 2 ranks: 16 batches an epoch per rank (the stop
+    # checks come every 10, so a stop lands inside an epoch or its validation).
+    return (
+        f"device=cpu --cpu-ranks 1 workers=2 data={DATA} model=yolo11n.yaml epochs={epochs} imgsz=64 "
+        f"batch=2 project={PROJECT_DIR} resume=auto plots=False"
+    )
+
+
+def run_dir(job_id: str) -> str:
+    return f"{RUNS}/train-slurm-{job_id}"
+
+
+@pytest.fixture(scope="module")
+def cluster(docker_client: Any) -> Cluster:
+    c = Cluster(docker_client)
+    c.check("sinfo -h -o '%D %t' | grep -qx '2 idle'", timeout=60)
+    return c
+
+
+@pytest.fixture
+def jobs(cluster: Cluster) -> Iterator[list[str]]:
+    submitted: list[str] = []
+    yield submitted
+    for job_id in submitted:
+        cluster.run(f"scancel {job_id}")
+    if submitted:
+        wait_until(lambda: cluster.run("squeue -h")[1].strip() == "", timeout=180, interval=2)
+
+
+def last_pt(cluster: Cluster, job_id: str) -> dict[str, Any]:
+    """Where the run's last.pt continues ([epoch, done, batches]) and when rig wrote it."""
+    script = (
+        "import json, sys, torch; c = torch.load(sys.argv[1], map_location='cpu', weights_only=False); "
+        "r = c.get('rig_resume') or {}; w = [r.get('epoch'), r.get('done'), r.get('batches')]; "
+        "print(json.dumps({'where': w, 'saved': r.get('saved')}))"
+    )
+    out = cluster.check(f'python -c "{script}" {run_dir(job_id)}/weights/last.pt', timeout=300)
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def _training(cluster: Cluster, job_id: str) -> bool:
+    return "Starting training for" in cluster.output(job_id)
+
+
+def test_scancel_signal_term_saves_inside_the_epoch_with_workers(cluster: Cluster, jobs: list[str]) -> None:
+    job_id = cluster.submit(train_args(3))
+    jobs.append(job_id)
+    wait_until(lambda: _training(cluster, job_id), timeout=RUN_TIMEOUT, interval=1)
+    wait_until(lambda: cluster.results_epochs(run_dir(job_id)) == [1], timeout=RUN_TIMEOUT, interval=1)
+    sent = float(cluster.check("date +%s.%N"))
+    cluster.check(f"scancel --signal=TERM {job_id}")
+    job = cluster.wait_job(job_id, ENDED, RUN_TIMEOUT)
+    out = cluster.output(job_id)
+    assert "rank 0: 2 loader workers for training" in out and "rank 1: 2 loader workers" in out, out[-4000:]
+    assert "stop requested (signal 15)" in out, out[-4000:]
+    assert "DataLoader worker" not in out and "Traceback" not in out and "Killed" not in out, out[-4000:]
+    assert job.fields.get("ExitCode") == "143:0", (job.fields, out[-4000:])  # every rank stopped on it
+    state = last_pt(cluster, job_id)
+    epoch, done, batches = state["where"]
+    assert epoch >= 1 and 0 < done <= batches, state  # inside epoch 2 or later (or its validation)
+    assert state["saved"] > sent, (state, sent)
+
+
+def test_the_time_limit_requeues_and_the_run_goes_on_inside_the_epoch(
+    cluster: Cluster, jobs: list[str]
+) -> None:
+    """--time=4:00 with the warning 120 s before it: the ranks train for about two minutes, get TERM
+    from the batch script, save mid-epoch and the job is requeued (Restarts=1) before Slurm's own
+    deadline; the next start continues at that batch and completes the run."""
+    epochs = 3
+    # The helper's --export, with the scaled budget: a later --export wins.
+    export = f"--export=ALL,TRAIN_ARGS={train_args(epochs)},STOP_WARNING_S=120,RIG_STOP_GRACE=40"
+    job_id = cluster.submit(train_args(epochs), "--time=4:00", "--signal=B:USR1@120", export)
+    jobs.append(job_id)
+    wait_until(lambda: cluster.job(job_id).restarts == 1, timeout=RUN_TIMEOUT, interval=2)
+    first = cluster.output(job_id)
+    assert "time limit near: stopping the ranks" in first, first[-4000:]
+    assert "the ranks stopped (exit 143); requeueing job" in first, first[-4000:]
+    assert "DataLoader worker" not in first and "Traceback" not in first, first[-4000:]
+    stop = re.search(
+        r"stop: \S+ continues at (epoch \d/3 (at batch \d+/\d+|trained, its validation next))", first
+    )
+    assert stop, first[-4000:]
+    job = cluster.wait_job(job_id, ENDED, RUN_TIMEOUT + 300)
+    out = cluster.output(job_id)
+    assert job.state == "COMPLETED" and job.restarts == 1, (job.fields, out[-4000:])
+    # Each node logs the world once per start: two nodes, two starts.
+    assert out.count("world: 2 ranks = 2 nodes x 1 rank per node (cpu, gloo)") == 4, out[-4000:]
+    assert (
+        f"continuing {run_dir(job_id).replace(RUNS, PROJECT_DIR)}/weights/last.pt at {stop.group(1)}" in out
+    )
+    assert cluster.results_epochs(run_dir(job_id)) == list(range(1, epochs + 1)), out[-4000:]  # each once
