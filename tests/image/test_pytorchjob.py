@@ -1,6 +1,8 @@
 """deploy/pytorchjob.yaml as the training operator runs it, without Kubernetes: two containers of the
 image started as its pods (names and host names, the manifest's args with the entrypoint kept, the
-container's env then the operator's, its volumes), which train together over CPU ranks (gloo).
+container's env then the operator's, its volumes), which train together over CPU ranks (gloo), with
+their loader workers. Deleted mid-run (TERM to each pod's PID 1, as the kubelet sends it), they save
+inside the epoch and exit 143; the pods started again (the operator's restart) continue there.
 
 For CPUs and a small run, the test changes only what it must: `--gpus=all` becomes `device=cpu` with
 RIG_CPU_RANKS=1, and the data, model, epochs, imgsz and batch are the demo's, tiny.
@@ -9,6 +11,7 @@ RIG_CPU_RANKS=1, and the data, model, epochs, imgsz and batch are the demo's, ti
 from __future__ import annotations
 
 import contextlib
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,13 +20,14 @@ import pytest
 
 from tests.helpers import pytorchjob
 from tests.helpers.containers import Containers
+from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.image, pytest.mark.slow]
 
 TINY = {
     "data": "/datasets/demo/data.yaml",
     "model": "yolo11n.yaml",
-    "epochs": "2",
+    "epochs": "4",
     "imgsz": "64",
     "batch": "2",
     "plots": "False",
@@ -96,42 +100,61 @@ def test_two_pods_train_together_as_the_operator_starts_them(
     c = pytorchjob.container(job)
     caps = list((c.security_context.capabilities.add or []) if c.security_context else [])
     rc, out = containers.oneshot(
-        ["rig", "demo-data", "/datasets/demo", "--train", "16", "--val", "4", "--imgsz", "64"],
+        ["rig", "demo-data", "/datasets/demo", "--train", "32", "--val", "4", "--imgsz", "64"],
         volumes=binds,
         timeout=300,
     )
     assert rc == 0, out
+    project = next(a.partition("=")[2] for a in c.args if a.startswith("project="))
+    csv = f"{project}/train-{job.metadata.name}/results.csv"
 
-    started = []
-    for pod in pytorchjob.pods(job):
-        env = {**pod.environment(), "RIG_CPU_RANKS": "1"}
-        started.append(
-            containers.run(
-                cpu_args(pod.args),
-                name=f"rig-test-{uuid.uuid4().hex[:6]}-{pod.name}",
-                hostname=pod.name,
-                environment=env,
-                volumes=binds,
-                tmpfs=tmpfs,
-                cap_add=caps,
-                shm_size="1g",
-                network=network.name,
-                networking_config={
-                    network.name: containers.client.api.create_endpoint_config(aliases=[pod.name])
-                },
+    def start(attempt: int) -> list[Any]:
+        started = []
+        for pod in pytorchjob.pods(job):
+            env = {**pod.environment(), "RIG_CPU_RANKS": "1"}
+            started.append(
+                containers.run(
+                    cpu_args(pod.args),
+                    name=f"rig-test-{uuid.uuid4().hex[:6]}-{pod.name}-{attempt}",
+                    hostname=pod.name,
+                    environment=env,
+                    volumes=binds,
+                    tmpfs=tmpfs,
+                    cap_add=caps,
+                    shm_size="1g",
+                    network=network.name,
+                    networking_config={
+                        network.name: containers.client.api.create_endpoint_config(aliases=[pod.name])
+                    },
+                )
             )
-        )
+        return started
+
+    # `kubectl delete` once the first epoch is done: TERM to every pod's PID 1.
+    pods = start(1)
+    one_epoch = f"test $(tail -n +2 {csv} 2>/dev/null | wc -l) -ge 1"
+    wait_until(lambda: pods[0].exec_run(["sh", "-c", one_epoch]).exit_code == 0, timeout=900, interval=1)
+    for p in pods:
+        p.kill(signal="SIGTERM")
+    codes = [int(p.wait(timeout=300)["StatusCode"]) for p in pods]
+    logs = [p.logs().decode(errors="replace") for p in pods]
+    assert codes == [143, 143], "\n\n".join(log[-4000:] for log in logs)
+    for log in logs:
+        assert "DataLoader worker" not in log and "Traceback" not in log, log[-4000:]
+    stop = re.search(r"INFO trainer: stop: \S+ continues at (epoch \d/4 at batch \d+/\d+)", logs[0])
+    assert stop, logs[0][-4000:]
+
+    # The operator starts the pods again: resume=auto continues inside the epoch.
+    started = start(2)
     codes = [int(p.wait(timeout=1200)["StatusCode"]) for p in started]
     logs = [p.logs().decode(errors="replace") for p in started]
     assert codes == [0, 0], "\n\n".join(log[-4000:] for log in logs)
     for log in logs:
         assert "world: 2 ranks = 2 nodes x 1 rank per node (cpu, gloo)" in log, log[-4000:]
+        assert f"weights/last.pt at {stop.group(1)}" in log, log[-4000:]  # resume=auto, on both pods
 
-    # The run is named after the job (resume=auto finds it again after a restart): two epochs, once each.
-    project = next(a.partition("=")[2] for a in c.args if a.startswith("project="))
-    rc, out = containers.oneshot(
-        ["cat", f"{project}/train-{job.metadata.name}/results.csv"], volumes=binds, timeout=120
-    )
+    # The run is named after the job (resume=auto finds it again after a restart): each epoch once.
+    rc, out = containers.oneshot(["cat", csv], volumes=binds, timeout=120)
     assert rc == 0, out
     epochs = [int(float(line.split(",")[0])) for line in out.splitlines()[1:] if line.strip()]
-    assert epochs == [1, 2], out
+    assert epochs == [1, 2, 3, 4], out
