@@ -30,15 +30,23 @@ from ultralytics.nn.tasks import DetectionModel
 from ultralytics.utils.torch_utils import EarlyStopping, ModelEMA
 
 
+def _output_sum(out: object) -> torch.Tensor:
+    """Every tensor of a model's output (a tensor, or lists and dicts of them), summed."""
+    if isinstance(out, torch.Tensor):
+        return out.float().sum()
+    values = out.values() if isinstance(out, dict) else out
+    return sum((_output_sum(v) for v in values), torch.zeros(()))  # type: ignore[attr-defined]
+
+
 def _state(cfg: str, folder: Path) -> SimpleNamespace:
     model = DetectionModel(cfg, nc=80, verbose=False)
     model.args = get_cfg()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.zeros(1, 3, 64, 64)
     model.train()
-    sum(o.float().mean() for o in model(x)).backward()  # type: ignore[union-attr]
+    _output_sum(model(x)).backward()
     optimizer.step()  # AdamW's moments exist
-    sum(o.float().mean() for o in model(x)).backward()  # type: ignore[union-attr]  # accumulated since
+    _output_sum(model(x)).backward()  # gradients accumulated since
     folder.mkdir(parents=True, exist_ok=True)
     return SimpleNamespace(
         model=model,
