@@ -7,7 +7,8 @@ them (CPU ranks keep theirs: workers=2):
   run's bit for bit (augmentation off, deterministic, seed 0);
 - a SIGKILL after a periodic checkpoint (RIG_CHECKPOINT_EVERY=5) loses seconds, resume=auto continues
   from it; a stop during a validation pass saves the epoch as trained and resume validates it, each
-  epoch once in results.csv.
+  epoch once in results.csv; with augmentation on (and `cache=ram`, which the launch picks here) the
+  run killed, stopped and resumed twice has the uninterrupted run's results and weights exactly.
 """
 
 from __future__ import annotations
@@ -188,9 +189,10 @@ def _saved(containers: Containers, c: Any, weights: str) -> dict[str, Any]:
 def test_a_sigkill_loses_seconds_and_a_stop_during_validation_keeps_the_epoch(
     containers: Containers, docker_client: Any
 ) -> None:
-    """One CPU rank with 2 workers: RIG_CHECKPOINT_EVERY=5, SIGKILL to the whole container once a
-    periodic checkpoint is written; resume=auto continues from it; stopped again while it validates
-    (a slow validation pass), and resumed once more: every epoch once."""
+    """One CPU rank with 2 workers, augmentation on: RIG_CHECKPOINT_EVERY=5, SIGKILL to the whole
+    container once a periodic checkpoint is written; resume=auto continues from it; stopped again
+    while it validates (a slow validation pass), and resumed once more: every epoch once, and the
+    results and weights of the same run uninterrupted."""
     volume = docker_client.volumes.create(f"rig-test-{uuid.uuid4().hex[:10]}")
     try:
         mounts = {
@@ -202,12 +204,19 @@ def test_a_sigkill_loses_seconds_and_a_stop_during_validation_keeps_the_epoch(
             "rig train device=cpu workers=2 data=/runs/demo/data.yaml model=/tests/tiny_detect.yaml epochs=3 "
             "imgsz=64 batch=2 plots=False project=/runs/detect name=k resume=auto"
         )
+        # The same run uninterrupted first (augmentation on: its draws are the resumed run's too).
+        whole = train.replace("name=k resume=auto", "name=whole")
         env = {"RIG_USER": "root", "RIG_CHECKPOINT_EVERY": "5"}
         c = containers.run(
-            ["bash", "-c", f"{data} && exec {train}"], volumes=mounts, environment=env, shm_size="1g"
+            ["bash", "-c", f"{data} && {whole} > /runs/whole.log 2>&1 && exec {train}"],
+            volumes=mounts,
+            environment=env,
+            shm_size="1g",
         )
         wait_until(
-            lambda: "INFO trainer: checkpoint: " in c.logs().decode(errors="replace"), timeout=600, interval=1
+            lambda: "INFO trainer: checkpoint: " in c.logs().decode(errors="replace"),
+            timeout=1200,
+            interval=1,
         )
         time.sleep(3)
         c.kill()  # SIGKILL: the OOM killer, a lost node
@@ -252,6 +261,16 @@ def test_a_sigkill_loses_seconds_and_a_stop_during_validation_keeps_the_epoch(
             checker, "tail -n +2 /runs/detect/k/results.csv 2>/dev/null | cut -d, -f1", 10
         )[1].split()
         assert [int(float(r)) for r in rows] == [1, 2, 3], log[-3000:]  # each epoch once
+        # Killed, stopped while validating, resumed twice: every loss, metric and learning rate of
+        # every epoch (results.csv but its time column) and the final weights are the whole run's.
+        columns = "tail -n +2 /runs/detect/{}/results.csv | cut -d, -f1,3-"
+        ours = containers.exec(checker, columns.format("k"), 10)[1]
+        assert ours == containers.exec(checker, columns.format("whole"), 10)[1], ours
+        same = (
+            "python /tests/same_weights.py /runs/detect/whole/weights/last.pt /runs/detect/k/weights/last.pt"
+        )
+        rc, out = containers.exec(checker, same, 120)
+        assert rc == 0 and json.loads(out.strip().splitlines()[-1])["model"][0] == 0, out
     finally:
         containers.cleanup()
         volume.remove(force=True)
