@@ -216,8 +216,8 @@ def test_a_sigkill_loses_seconds_and_a_stop_during_validation_keeps_the_epoch(
         started = "Starting training for"
         wait_until(lambda: started in c.logs().decode(errors="replace"), timeout=1200, interval=1)
         # Every 5 s at a batch boundary: the first within seconds of the first batch.
-        saved = "INFO trainer: checkpoint: "
-        wait_until(lambda: saved in c.logs().decode(errors="replace"), timeout=120, interval=1)
+        wrote = "INFO trainer: checkpoint: "
+        wait_until(lambda: wrote in c.logs().decode(errors="replace"), timeout=120, interval=1)
         time.sleep(3)
         c.kill()  # SIGKILL: the OOM killer, a lost node
         killed = time.time()
