@@ -214,7 +214,8 @@ if "$PY" -c "import ultralytics" 2>/dev/null; then
     kill -TERM "$(torchrun_pid term)" 2>/dev/null
     for _ in $(seq 1 150); do [ -s "$OUT/term.rc" ] && break; sleep 1; done
     rc=$(cat "$OUT/term.rc" 2>/dev/null)
-    where=$(grep -o "stop: .* continues at epoch [0-9/]* at batch [0-9/]*" "$OUT/term.log" | tail -1)
+    # "epoch 3/50 at batch 5/8", or "epoch 3/50 trained, its validation next" (it came while validating)
+    where=$(sed -n 's/^INFO trainer: stop: .* continues at \(epoch .*\) ([0-9.]* s)$/\1/p' "$OUT/term.log" | tail -1)
     if [ "$rc" = 143 ] && [ -n "$where" ] && [ "$workers" -ge 4 ] && ! grep -q "DataLoader worker\|Traceback" "$OUT/term.log"; then
         result term-with-workers pass "rc 143 with $workers loader workers; $where"
     else
@@ -224,12 +225,11 @@ if "$PY" -c "import ultralytics" 2>/dev/null; then
     for _ in $(seq 1 180); do grep -q "Starting training for" "$OUT/term2.log" 2>/dev/null && break; sleep 1; done
     kill -INT "$(pgrep -f -- "-m rig.launch.torchrun .*resume=True" | head -1)" 2>/dev/null
     for _ in $(seq 1 150); do [ -s "$OUT/term2.rc" ] && break; sleep 1; done
-    at=${where##* at }
-    if grep -q "resuming $OUT/runs/term/weights/last.pt: epoch .* at ${at}" "$OUT/term2.log" \
+    if grep -qF "resuming $OUT/runs/term/weights/last.pt: ${where}" "$OUT/term2.log" \
         && [ "$(cat "$OUT/term2.rc" 2>/dev/null)" = 130 ]; then
-        result resume-mid-epoch pass "continued ${at}"
+        result resume-mid-epoch pass "continued at ${where}"
     else
-        result resume-mid-epoch fail "no 'resuming ... ${at}' (or rc not 130); see term2.log"
+        result resume-mid-epoch fail "no 'resuming ...: ${where}' (or rc not 130); see term2.log"
     fi
 else
     result term-with-workers skip "ultralytics is not installed here (put its wheels in $WHEELS)"
