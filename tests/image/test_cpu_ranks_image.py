@@ -36,12 +36,17 @@ def _epochs(containers: Containers, c: Any, run: str) -> list[int]:
     return [int(float(e)) for e in out.split()]
 
 
+# The ranks' pids: processes running the binder or the trainer (torchrun's argv names the trainer too)
+# whose parent is not one of them: a rank's loader workers run its argv too.
+RANKS = (
+    "ps -eo pid=,ppid=,args= | awk '/-m rig\\.launch\\.(trainer|binder)/ && !/rig\\.launch\\.torchrun/ "
+    "{p[$1] = $2} END {for (k in p) if (!(p[k] in p)) print k}' | sort -n"
+)
+
+
 def _ranks_alive(containers: Containers, c: Any) -> list[str]:
-    """The rank processes (the trainer's own argv; torchrun's argv names the trainer too)."""
-    _, out = containers.exec(
-        c, "ps -eo args | grep -E '^\\S*python\\S*( -\\S+)* -m rig.launch.(trainer|binder)' || true", 10
-    )
-    return [line for line in out.splitlines() if line.strip()]
+    _, out = containers.exec(c, RANKS, 10)
+    return out.split()
 
 
 @pytest.mark.slow
@@ -126,7 +131,7 @@ def test_a_stop_only_one_rank_got_ends_every_rank_non_zero(containers: Container
     wait_until(
         lambda: containers.exec(c, "grep -q 'Starting training for' /tmp/t.log", 10)[0] == 0, timeout=400
     )
-    rank1 = "ps -eo pid,args | awk '/-m rig.launch.trainer/ && !/torchrun/ {print $1}' | tail -1"
+    rank1 = f"{RANKS} | tail -1"
     assert containers.exec(c, f"kill -TERM $({rank1})", 10)[0] == 0
     wait_until(lambda: containers.exec(c, "test -s /tmp/rc", 10)[0] == 0, timeout=400, interval=1)
     log = containers.exec(c, "cat /tmp/t.log", 10)[1]
@@ -225,8 +230,7 @@ def test_no_compile_worker_outlives_the_job(containers: Containers) -> None:
         "> /tmp/t.log 2>&1 &"
     )
     assert containers.exec(c, start, 30)[0] == 0
-    rank = "ps -eo pid=,args= | awk '/-m rig.launch.trainer/ && !/torchrun/ {print $1}'"
-    ranks = set(wait_until(lambda: containers.exec(c, rank, 10)[1].split(), timeout=300))
+    ranks = set(wait_until(lambda: containers.exec(c, RANKS, 10)[1].split(), timeout=300))
     assert len(ranks) == 2
 
     def building() -> set[str]:
