@@ -213,7 +213,7 @@ def test_a_sigkill_loses_seconds_and_a_stop_during_validation_keeps_the_epoch(
             environment=env,
             shm_size="1g",
         )
-        started = "Starting training for"
+        started = "INFO trainer: rank 0: 2 loader workers for training"  # rig's lines are never held back
         wait_until(lambda: started in c.logs().decode(errors="replace"), timeout=1200, interval=1)
         # Every 5 s at a batch boundary: the first within seconds of the first batch.
         wrote = "INFO trainer: checkpoint: "
