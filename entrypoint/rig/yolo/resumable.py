@@ -146,6 +146,8 @@ def checkpoint(trainer: Any, epoch: int, done: int, last_opt_step: int, tloss: A
             "loss_names": list(getattr(trainer, "loss_names", ()) or ()),
             "loss_items": getattr(trainer, "loss_items", None),
             "loss": getattr(trainer, "loss", None),
+            # The learning rates of the last batch (the warmup's): what the epoch's row records.
+            "lr": [group["lr"] for group in trainer.optimizer.param_groups],
         },
     }
 
@@ -162,6 +164,7 @@ class Pending:
     loss_items: Any = None
     loss: Any = None
     batches: int = 0  # the epoch's batches per rank when saved
+    lr: tuple[float, ...] = ()
 
 
 def restore(trainer: Any, ckpt: Mapping[str, Any]) -> Pending:
@@ -181,6 +184,7 @@ def restore(trainer: Any, ckpt: Mapping[str, Any]) -> Pending:
         loss_items=state.get("loss_items"),
         loss=state.get("loss"),
         batches=int(state["batches"]),
+        lr=tuple(state.get("lr") or ()),
     )
 
 

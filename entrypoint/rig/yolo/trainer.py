@@ -196,7 +196,7 @@ def trainer_class(base: type, rank: Rank) -> type:
             for i, batch in builtins.enumerate(loader, start + offset):
                 self.rig_batch = i
                 yield i, batch
-            self._rig_put_back()  # a resumed epoch with no batch left: its validation is next
+            self._rig_put_back(trained=True)  # a resumed epoch with no batch left: its validation is next
 
         @property
         def accumulate(self) -> int:  # Ultralytics': batches per optimizer step
@@ -248,10 +248,13 @@ def trainer_class(base: type, rank: Rank) -> type:
             draws.seed_batch(int(self.args.seed), rank.index(), self.epoch, self.rig_batch)
             self._rig_put_back()
 
-        def _rig_put_back(self) -> None:
+        def _rig_put_back(self, trained: bool = False) -> None:
             pending, self.rig_pending = self.rig_pending, None
             if pending is None:
                 return
+            if trained:  # the epoch's start set its own rate; no batch set the warmup's since
+                for group, lr in zip(self.optimizer.param_groups, pending.lr, strict=False):
+                    group["lr"] = lr
             self.tloss = pending.tloss
             if not self.loss_names and pending.loss_names:  # no batch yet in this process
                 self.loss_names, self.loss_items, self.loss = (
