@@ -8,7 +8,8 @@ socket activation, by another name). The kernel refuses every other bind that ov
 listening socket, so the port cannot be taken; while the service is down (killed, restarting),
 connections wait in the socket's queue for the next one. For an IPv4 address, the port on every
 IPv6 address (`::`, IPV6_V6ONLY) is bound too, without listening: nobody can listen there, and a
-client that tries `localhost` as ::1 first is refused at once and falls back to 127.0.0.1. Not
+client that tries `localhost` as ::1 first is refused at once and falls back to 127.0.0.1. sshd,
+which binds its own port (on IPv4), gets the same IPv6 guard (`block_ipv6`). Not
 held: the port on the container's other IPv4 addresses when the service listens on 127.0.0.1 only
 (TensorBoard); nothing connects there, and `rig health` reports such a listener.
 
@@ -70,17 +71,29 @@ def hold(host: str, port: int) -> Held:
         raise _taken(host, port, e) from None
     held = Held(listener)
     if listener.family == socket.AF_INET:
-        blocker = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
         try:
-            blocker.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            blocker.bind(("::", port))  # bound, never listening: the port on IPv6 is nobody's
-            held.blockers.append(blocker)
-        except OSError as e:
-            blocker.close()
-            if e.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):  # no IPv6 here: nothing to hold
-                held.close()
-                raise _taken("::", port, e) from None
+            blocker = block_ipv6(port)
+        except RigError:
+            held.close()
+            raise
+        held.blockers += [blocker] if blocker else []
     return held
+
+
+def block_ipv6(port: int) -> socket.socket | None:
+    """Bind `port` on every IPv6 address (IPV6_V6ONLY), never listening: for a service that listens
+    on IPv4 only (sshd, and the held ports), so nobody else can listen on the port over IPv6. None
+    where there is no IPv6, or the port is privileged (only a root supervisor needs it there)."""
+    blocker = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        blocker.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        blocker.bind(("::", port))
+    except OSError as e:
+        blocker.close()
+        if e.errno == errno.EADDRINUSE:
+            raise _taken("::", port, e) from None
+        return None
+    return blocker
 
 
 def _taken(host: str, port: int, e: OSError) -> RigError:

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from rig import paths, safepython
 from rig.errors import RigError
-from rig.workstation import sshd, users
+from rig.workstation import labserver, sshd, userenv, users
 from rig.workstation.serveconfig import without_secrets
 from rig.workstation.spec import ServiceSpec
 
@@ -67,12 +67,9 @@ def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: str) -> Serv
         # `jupyter lab`, minus a slow import (see there); isolated (rig.safepython): nothing in its
         # working folder (/workspace: terminals open there) or ~/.local is imported into the server,
         # and Jupyter reads no config from its working folder. Trusting the home, ~/.local's
-        # packages are imported (-P: still not the working folder's).
-        *safepython.module(
-            "/opt/venv/bin/python",
-            "rig.workstation.labserver",
-            safepython.JOB if trusted else safepython.SERVICE,
-        ),
+        # packages are importable after the image's.
+        *safepython.module("/opt/venv/bin/python", "rig.workstation.labserver", safepython.SERVICE),
+        *([labserver.TRUST_HOME] if trusted else []),
         "--no-browser",
         "--ServerApp.ip=0.0.0.0",
         f"--ServerApp.port={JUPYTER_PORT}",
@@ -96,7 +93,9 @@ def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: str) -> Serv
         JUPYTERLAB_SETTINGS_DIR=str(JUPYTER_USER_DIR / "user-settings"),
         JUPYTERLAB_WORKSPACES_DIR=str(JUPYTER_USER_DIR / "workspaces"),
     )
-    if not trusted:
+    if trusted:  # what `pip install` of an extension puts in ~/.local (its prefix)
+        env["JUPYTER_CONFIG_PATH"] = str(userenv.prefix(users.HOME) / "etc/jupyter")
+    else:
         env["JUPYTER_DATA_DIR"] = str(JUPYTER_DATA_DIR)
     stdin = (token + "\n").encode()
     return ServiceSpec("jupyter", argv, JUPYTER_PORT, env, ids, WORKSPACE, stdin=stdin, listen="0.0.0.0")

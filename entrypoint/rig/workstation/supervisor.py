@@ -25,6 +25,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -174,14 +175,18 @@ class Supervisor:
         self.state_unwritten = False  # a state write failed (a full disk): warned once
         self.timed_out: set[str] = set()  # services the supervisor killed for not answering in time
         self.held: dict[str, handover.Held] = {}  # the ports held for their services, for good
+        self.guards: dict[str, socket.socket | None] = {}  # the IPv6 side of the others' ports
         self.ready_pipes: dict[str, int] = {}  # their read ends, while they start
         self.inodes: dict[str, tuple[int, ...]] = {}  # the sockets a RUNNING service listens on
 
     def hold_ports(self) -> None:
-        """Listen on the held services' ports, before any service starts (a RigError: one is taken)."""
+        """Listen on the held services' ports and guard the IPv6 side of the others', before any
+        service starts (a RigError: one is taken)."""
         for name, spec in self.specs.items():
             if spec.listen is not None and name not in self.held:
                 self.held[name] = handover.hold(spec.listen, spec.port)
+            elif spec.listen is None and name not in self.guards:
+                self.guards[name] = handover.block_ipv6(spec.port)
 
     def run(self) -> int:
         """Supervise until a stop signal; 0 after a clean stop, 1 once a service is FATAL."""
@@ -319,6 +324,10 @@ class Supervisor:
         for held in self.held.values():
             held.close()
         self.held.clear()
+        for guard in self.guards.values():
+            if guard is not None:
+                guard.close()
+        self.guards.clear()
         for name in self.status:
             if self.status[name].state is not State.FATAL:
                 self.status[name] = Status(State.STOPPED, self.clock())

@@ -131,8 +131,15 @@ def test_services_run_nothing_from_the_home_unless_the_user_trusts_it() -> None:
     )
     assert tensorboard.listen == "127.0.0.1" and tensorboard.env["HOME"] == "/home/yolo"
     trusted = services.jupyter_spec({**environ, "RIG_JUPYTER_TRUST_HOME": "1"}, CURRENT, "s" * 20)
-    assert trusted.argv[:4] == ("/opt/venv/bin/python", "-P", "-m", "rig.workstation.labserver")
+    assert trusted.argv[:5] == (
+        "/opt/venv/bin/python",
+        "-I",
+        "-m",
+        "rig.workstation.labserver",
+        "--trust-home",
+    )
     assert "JUPYTER_DATA_DIR" not in trusted.env and "--LanguageServerManager.autodetect=True" in trusted.argv
+    assert trusted.env["JUPYTER_CONFIG_PATH"] == "/home/yolo/.local/etc/jupyter"
     assert trusted.env["JUPYTER_RUNTIME_DIR"] == "/run/rig/jupyter"  # the runtime folder stays rig's
     assert not services.trusts_home({"RIG_JUPYTER_TRUST_HOME": "0"})
     with pytest.raises(RigError, match="RIG_JUPYTER_TRUST_HOME='maybe': use 1"):
