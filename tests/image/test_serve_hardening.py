@@ -48,6 +48,9 @@ WRITABLE_BY_DESIGN = (
     "/run/secrets/authorized_keys",
     # and here when no CA_BUNDLE is given.
     "/run/secrets/ca-bundle.pem",
+    # JupyterLab's runtime folder (its kernels' connection files): yolo's, made afresh by root at
+    # every start without following what is in it (planted links below).
+    "/run/rig/jupyter",
 )
 
 
@@ -122,7 +125,8 @@ def test_links_planted_where_root_acts_are_never_followed(hws: Workstation) -> N
         hws,
         "set -e; cd /workspace; rm -rf runs notebooks; ln -s /opt/venv/bin runs; mkdir notebooks; "
         "ln -s /opt/venv/bin/rig notebooks/quickstart.ipynb; "
-        "ln -s /run/secrets/cloud_key notebooks/.rig-seeded.json",
+        "ln -s /run/secrets/cloud_key notebooks/.rig-seeded.json; "
+        "ln -s /opt/venv/bin /run/rig/jupyter/bin; ln -s /etc /run/rig/jupyter/etc",
     )
     log = restart(hws)
     assert owners(hws, *targets) == before
