@@ -12,9 +12,10 @@ A service's port is its own. A service the supervisor holds the port for (spec.l
 listening socket at every start and says on a pipe when it serves (rig.workstation.handover): no
 other process can take that port. One that binds its own port (sshd) is RUNNING only once every
 socket listening there is one it holds (`probe`: socket inodes to its pid, rig.workstation.listening);
-while another process holds it, the service stays STARTING (the healthcheck says unhealthy) and is
-restarted when its start times out. services.json names the listening sockets' inodes, for `rig
-health` to check that the listener is still the service's.
+while another process holds the port, it is never RUNNING (it fails to start and is restarted with
+backoff, or stays STARTING until its start times out), and the healthcheck says unhealthy.
+services.json names the listening sockets' inodes, for `rig health` to check that the listener is
+still the service's.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class State(enum.Enum):
-    STARTING = "starting"  # spawned, its port does not answer yet
+    STARTING = "starting"  # spawned, not yet serving on its own port
     RUNNING = "running"
     BACKOFF = "backoff"  # exited; waits `retry_at` before the next start
     FATAL = "fatal"  # failed too often in a row; left alone until the container restarts
