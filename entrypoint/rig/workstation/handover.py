@@ -84,7 +84,10 @@ def block_ipv6(port: int) -> socket.socket | None:
     """Bind `port` on every IPv6 address (IPV6_V6ONLY), never listening: for a service that listens
     on IPv4 only (sshd, and the held ports), so nobody else can listen on the port over IPv6. None
     where there is no IPv6, or the port is privileged (only a root supervisor needs it there)."""
-    blocker = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        blocker = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    except OSError:  # a kernel without IPv6
+        return None
     try:
         blocker.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         blocker.bind(("::", port))

@@ -152,3 +152,17 @@ def test_a_service_is_running_only_once_the_listener_on_its_port_is_its_own(tmp_
         squatter.close()
         sup.events.put(signal.SIGTERM)
         thread.join(timeout=20)
+
+
+def test_the_ipv6_side_of_a_self_binding_services_port_is_guarded() -> None:
+    port = free_port()
+    guard = handover.block_ipv6(port)
+    if guard is None:
+        pytest.skip("no IPv6 on this host")
+    try:
+        assert _binds(socket.AF_INET6, "::", port) == "Address already in use"
+        assert _binds(socket.AF_INET, "0.0.0.0", port) == "ok"  # sshd's own IPv4 bind is untouched
+        with pytest.raises(RigError, match=rf"cannot listen on :: port {port}"):
+            handover.block_ipv6(port)
+    finally:
+        guard.close()
