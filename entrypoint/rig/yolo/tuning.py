@@ -303,17 +303,17 @@ def classify_full_size(
     return len(images), len(images) * sum(sizes) // len(sizes)
 
 
-def launch_decisions(
-    *,
-    user_args: Mapping[str, str],
-    data: str | None,
-    rank_cpus: int,
-    nranks: int,
-    world: int | None = None,
-    sys_root: Path = Path("/"),
-    datasets_dir: Path | None = None,
-) -> list[Decision]:
-    """Discover the machine and the dataset, then decide (see `decide`)."""
+@dataclass(frozen=True)
+class Machine:
+    """What `decide` needs from the world: the container's resources and the dataset's size."""
+
+    resources: Resources
+    train_images: int | None = None
+    full_size_bytes: int | None = None  # a classification dataset's, decoded at full resolution
+
+
+def discover(data: str | None, *, sys_root: Path = Path("/"), datasets_dir: Path | None = None) -> Machine:
+    """Read the machine and the dataset `data` names (None: no dataset to size)."""
     if datasets_dir is None:
         datasets_dir = ultra.datasets_dir(root=sys_root)
     images, full_size = None, None
@@ -322,12 +322,19 @@ def launch_decisions(
         images, full_size = classify_full_size(located) or (None, None)
     elif data:
         images = datasets.count_train_images(data, datasets_dir)
+    return Machine(read_resources(sys_root), images, full_size)
+
+
+def decide_for(
+    machine: Machine, *, user_args: Mapping[str, str], rank_cpus: int, nranks: int, world: int | None = None
+) -> list[Decision]:
+    """`decide` on what `discover` read."""
     return decide(
         user_args=user_args,
-        train_images=images,
-        resources=read_resources(sys_root),
+        train_images=machine.train_images,
+        resources=machine.resources,
         rank_cpus=rank_cpus,
         nranks=nranks,
         world=world,
-        full_size_bytes=full_size,
+        full_size_bytes=machine.full_size_bytes,
     )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rig import cli
 from rig.errors import RigError
-from rig.launch import autoresume, job, nodes
+from rig.launch import autoresume, nodes, rundir, trainplan
 
 from tests.helpers.fakesys import FakeSys
 
@@ -70,7 +70,7 @@ def test_an_unreadable_last_pt_is_one_line(tmp_path: Path) -> None:
     ],
 )
 def test_the_default_run_name_is_stable_under_a_scheduler(environ: dict[str, str], name: str) -> None:
-    assert job.default_name(environ) == name
+    assert rundir.default_name(nodes.job_name(environ)) == name
     assert (nodes.job_name(environ) is None) == (name == "train")
 
 
@@ -78,7 +78,15 @@ def test_the_default_run_name_is_stable_under_a_scheduler(environ: dict[str, str
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for k in [k for k in os.environ if k.startswith(("SLURM_", "PET_"))]:
         monkeypatch.delenv(k)
-    for k in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", job.CPU_RANKS_ENV):
+    for k in (
+        "NNODES",
+        "NODE_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        trainplan.CPU_RANKS_ENV,
+    ):
         monkeypatch.delenv(k, raising=False)
 
 

@@ -18,7 +18,7 @@ import pytest
 from rig import cli
 from rig.errors import RigError
 from rig.hardware.topology import format_cpulist
-from rig.launch import binding, job
+from rig.launch import binding, rundir, trainplan
 from rig.yolo import tuning
 
 from tests.helpers.fakesys import FakeSys, bus
@@ -45,8 +45,8 @@ def execs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
     monkeypatch.setattr(os, "execvpe", record)
     for name in (
-        "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES",
-        job.CPU_RANKS_ENV,
+        "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "PET_NNODES",
+        "RDZV_ID", trainplan.CPU_RANKS_ENV,
     ):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     for name in [k for k in os.environ if k.startswith("SLURM_")]:
@@ -156,17 +156,6 @@ def test_dry_run_prints_the_exact_torchrun_command(
     assert not runs.exists()  # a dry run leaves nothing behind
 
 
-def test_run_directory_is_decided_once_as_ultralytics_names_it(tmp_path: Path) -> None:
-    # Ultralytics 8.4's increment_path: runs/detect/train, then train-2, train-3 (sep "-").
-    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train"
-    (tmp_path / "train").mkdir()
-    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train-2"
-    (tmp_path / "train-2").mkdir()
-    (tmp_path / "train3").mkdir()  # the old naming is not Ultralytics': not a step of the sequence
-    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train-3"
-    assert job.next_run_dir(tmp_path, "train", True) == tmp_path / "train"
-
-
 def test_gpu_ids_and_device_choose_the_same_gpus(
     tree: tuple[Path, str], execs: list[list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -187,7 +176,8 @@ def test_gpu_ids_and_device_choose_the_same_gpus(
 def test_multi_node_dry_run_uses_a_static_rendezvous(
     tree: tuple[Path, str], execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    for k, v in {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29411"}.items():
+    env = {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29411", "RDZV_ID": "r1"}
+    for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
     cmd = shlex.split(capsys.readouterr().out)
@@ -215,8 +205,8 @@ def test_loader_tuning_gets_the_local_ranks_and_the_global_world(
     tree: tuple[Path, str], execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     seen: list[dict[str, Any]] = []
-    monkeypatch.setattr(tuning, "launch_decisions", lambda **kw: seen.append(kw) or [])
-    for k, v in {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0"}.items():
+    monkeypatch.setattr(tuning, "decide_for", lambda _machine, **kw: seen.append(kw) or [])
+    for k, v in {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0", "RDZV_ID": "r1"}.items():
         monkeypatch.setenv(k, v)
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
     assert [(kw["nranks"], kw["world"]) for kw in seen] == [(2, 4)]  # /dev/shm per node, batch per world
@@ -230,7 +220,7 @@ def test_resume_false_trains_like_no_resume(
     demo = tmp_path / "demo/data.yaml"
     demo.parent.mkdir()
     demo.write_text("train: images\n")
-    monkeypatch.setattr(job, "DEMO_DATA", demo)
+    monkeypatch.setattr(trainplan, "DEMO_DATA", demo)
     argv = ["train", "--dry-run", "device=cpu", "model=m.yaml", f"project={tmp_path / 'runs'}"]
     assert cli.main([*argv, f"resume={resume}"]) == 0
     program = shlex.split(capsys.readouterr().out)
@@ -259,20 +249,6 @@ def test_two_launches_started_at_once_get_two_run_directories(tree: tuple[Path, 
     assert all(len(n) == 1 for n in names), logs
     assert sorted(n[0] for n in names) == ["train", "train-2", "train-3", "train-4"], logs
     assert sorted(p.name for p in runs.iterdir()) == ["train", "train-2", "train-3", "train-4"]
-
-
-def test_the_run_directory_reservation_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
-    (tmp_path / "file").write_text("")
-    with pytest.raises(
-        RigError, match=r"cannot create the run directory .*file/train .*give project= a writable"
-    ):
-        job.reserve_run_dir(tmp_path / "file", "train", False)
-    (tmp_path / "train").write_text("")  # a file where a run folder would go: not a run, not skipped over
-    with pytest.raises(RigError, match="cannot create the run directory"):
-        job.reserve_run_dir(tmp_path, "train", False)
-    assert (
-        job.reserve_run_dir(tmp_path, "t", True) == job.reserve_run_dir(tmp_path, "t", True) == tmp_path / "t"
-    )
 
 
 @pytest.fixture
@@ -322,7 +298,13 @@ def test_cpu_ranks_run_through_torchrun_the_binder_and_the_trainer(
 def test_cpu_ranks_from_the_environment_and_across_nodes(
     box: Path, execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    env = {job.CPU_RANKS_ENV: "2", "NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0"}
+    env = {
+        trainplan.CPU_RANKS_ENV: "2",
+        "NNODES": "2",
+        "NODE_RANK": "1",
+        "MASTER_ADDR": "node0",
+        "RDZV_ID": "r",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert cli.main(_dry(box, "device=cpu", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
