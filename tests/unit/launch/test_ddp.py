@@ -10,7 +10,6 @@ import signal
 from pathlib import Path
 
 import pytest
-import rig
 from rig import cli
 from rig.errors import RigError
 from rig.launch import binder, binding, ddp, job, trainer

@@ -48,7 +48,8 @@ from tests.helpers import ENTRYPOINT
         (  # an `srun -N1` step inside a two-node allocation is one node: the step's variables win
             {
                 "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "5",
-                "SLURM_STEP_NUM_NODES": "1", "SLURM_NNODES": "1", "SLURM_STEP_NODELIST": "n2", "SLURM_NODEID": "0",
+                "SLURM_STEP_NUM_NODES": "1", "SLURM_NNODES": "1", "SLURM_STEP_NODELIST": "n2",
+                "SLURM_NODEID": "0",
             },
             (1, 0, None, 61005, "slurm"),
         ),
@@ -63,7 +64,8 @@ from tests.helpers import ENTRYPOINT
             {
                 "SLURM_JOB_NUM_NODES": "2", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2",
                 "SLURM_NODEID": "1", "SLURM_JOB_ID": "43", "SLURM_STEP_NODELIST": "node[0-1]",
-                "MASTER_ADDR": "node0", "MASTER_PORT": "61043", "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0",
+                "MASTER_ADDR": "node0", "MASTER_PORT": "61043", "WORLD_SIZE": "2", "RANK": "1",
+                "LOCAL_RANK": "0",
             },
             (2, 1, "node0", 61043, "slurm"),
         ),
@@ -95,7 +97,8 @@ def test_scheduler_variables_become_a_node_spec(env: dict[str, str], expected: t
         ({"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[01-"}, "cannot read SLURM_JOB_NODELIST"),
         (
             {"SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "8", "SLURM_STEP_NODELIST": "n[1-2]"},
-            r"Slurm started 8 tasks on 2 node\(s\); rig train wants one task per node \(srun --ntasks-per-node=1\)",
+            r"Slurm started 8 tasks on 2 node\(s\); rig train wants one task per node "
+            r"\(srun --ntasks-per-node=1\)",
         ),
     ],
 )

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 from rig import cli
-from rig.errors import RigError
 from rig.hardware.topology import format_cpulist
-from rig.launch import binding, rundir, trainplan
+from rig.launch import binding, trainplan
 from rig.yolo import tuning
 
 from tests.helpers.fakesys import FakeSys, bus
