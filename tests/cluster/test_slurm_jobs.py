@@ -1,0 +1,219 @@
+"""Jobs the way a cluster's users submit them, on the local Slurm cluster (`make test-cluster`): from
+`make cluster-shell` (no USER), with `--export=NONE`, as a user whose uid is not the image's, tasks
+started the way Pyxis starts them (docker/cluster/pyxis-task: the image's ENV over the job's, enroot's
+PyTorch hook, no ENTRYPOINT, read-only image), two jobs at once on the same nodes, and a node lost.
+
+Tiny runs, as in test_slurm.py: the demo dataset (32 images), imgsz 64, a total batch of 2 on two
+nodes x one CPU rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.slurm import DATA, PROJECT, SBATCH, USER, Cluster, Job
+from tests.helpers.waiting import wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+RUN_TIMEOUT = 900  # generous: the ranks of two jobs share a busy 2-core host with the cluster's daemons
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+REPO = Path(__file__).resolve().parents[2]
+# Each user's runs in a folder of their own on the shared runs volume (/shared/runs is sticky, like /tmp).
+PROJECT_DIR = f"/workspace/runs/{USER}"
+RUNS = f"/shared/runs/{USER}"
+
+
+def rig_args(name: str, epochs: int) -> str:
+    return (
+        f"device=cpu --cpu-ranks 1 data={DATA} model=yolo11n.yaml epochs={epochs} imgsz=64 batch=2 "
+        f"project={PROJECT_DIR} name={name} resume=auto plots=False"
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(docker_client: Any) -> Cluster:
+    c = Cluster(docker_client)
+    c.check("sinfo -h -o '%D %t' | grep -qx '2 idle'", timeout=60)
+    return c
+
+
+@pytest.fixture
+def jobs(cluster: Cluster) -> Iterator[list[str]]:
+    """Job ids a test submitted: cancelled at teardown, so a failed test leaves the nodes idle."""
+    submitted: list[str] = []
+    yield submitted
+    for job_id in submitted:
+        cluster.run(f"scancel {job_id}")
+    if submitted:
+        wait_until(lambda: cluster.run("squeue -h")[1].strip() == "", timeout=180, interval=2)
+
+
+def cluster_shell(cmd: str) -> str:
+    """cmd through `make cluster-shell`, as a user types it: docker compose exec, a login shell."""
+    env = {**os.environ, "CLUSTER_PROJECT": PROJECT, "CLUSTER_USER": USER}
+    result = subprocess.run(
+        ["make", "-s", "--no-print-directory", "cluster-shell", f"CMD={cmd}"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def wait_ended(cluster: Cluster, job_id: str) -> Job:
+    return cluster.wait_job(job_id, ENDED, RUN_TIMEOUT)
+
+
+def run_dirs(cluster: Cluster, name: str) -> dict[str, str]:
+    """The run folders called name, name-2... under the user's project, each with its owner file."""
+    owners = "do [ -d $d ] && echo $d=$(cat $d/.rig-owner 2>/dev/null); done; true"
+    out = cluster.check(f"cd {RUNS} && for d in {name} {name}-*; {owners}")
+    return dict(line.split("=", 1) for line in out.split())
+
+
+def node0_command(output: str) -> list[str]:
+    """torchrun's command as node 0's rig train logged it (`Executing: ...`, node rank 0)."""
+    for line in output.splitlines():
+        if "Executing: " in line and "--node-rank 0 " in line:
+            return shlex.split(line.split("Executing: ", 1)[1])
+    raise AssertionError(f"no node-0 launch in the output:\n{output[-4000:]}")
+
+
+def task_environ(cluster: Cluster, service: str) -> dict[str, str]:
+    """The environment and uid of the launcher (torchrun) of the running job on a node."""
+    cmd = (
+        "p=$(pgrep -f -- '-m rig.launch.torchrun ' | head -n1); "
+        "echo UID=$(awk '/^Uid:/ {print $2}' /proc/$p/status); tr '\\0' '\\n' </proc/$p/environ"
+    )
+    out = cluster.check(cmd, service=service)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def test_pyxis_tasks_get_the_image_environment_and_enroots_hook(cluster: Cluster, docker_client: Any) -> None:
+    """The shim's task start, as Pyxis does it: the image's ENV over the job's, enroot's PyTorch hook
+    (RANK per task, the port from the job id), the user's home, and the image's ENTRYPOINT only with
+    --container-entrypoint (the one the shim runs is the image's own)."""
+    product = docker_client.images.get(os.environ.get("IMAGE", "yolo-rig:cu121"))
+    shim = cluster.check("grep '^ENTRYPOINT=' /usr/local/lib/rig-cluster/pyxis-task")
+    assert shim.strip() == f"ENTRYPOINT=({' '.join(product.attrs['Config']['Entrypoint'])})", shim
+    out = cluster.check(
+        "MASTER_PORT=1234 YOLO_CONFIG_DIR=/mine srun -N2 --ntasks-per-node=1 --container-image=x "
+        "--container-env=MASTER_PORT bash -c 'echo $(hostname) $(id -u) $HOME $MASTER_ADDR $MASTER_PORT "
+        "$RANK $WORLD_SIZE $YOLO_CONFIG_DIR $PATH' | sort",
+        timeout=120,
+    )
+    uid = cluster.check("id -u").strip()
+    rows = [line.split() for line in out.strip().splitlines()]
+    assert [r[0] for r in rows] == ["node0", "node1"], out
+    for rank, row in enumerate(rows):
+        # The job's MASTER_PORT kept (--container-env), the image's YOLO_CONFIG_DIR and PATH win.
+        assert row[1:] == [
+            uid, f"/home/{USER}", "node0", "1234", str(rank), "2", "/workspace/.config", row[-1]
+        ], out  # fmt: skip
+        assert row[-1].startswith("/opt/venv/bin:"), out
+    hooked = cluster.check("srun -N1 --container-image=x bash -c 'echo $SLURM_JOB_ID $MASTER_PORT'").split()
+    assert int(hooked[1]) == 61000 + int(hooked[0]) % 4536, hooked
+    # The ENTRYPOINT (rig exec) gives a user who cannot write the image's settings folder the baked ones.
+    ran = cluster.check("srun -N1 --container-image=x --container-entrypoint bash -c 'echo $YOLO_CONFIG_DIR'")
+    assert ran.split()[-1] == "/opt/rig/ultralytics", ran
+
+
+def test_slurm_node_lists_read_as_slurm_reads_them(cluster: Cluster) -> None:
+    """rig's hostlist reader (python-hostlist, what the image has) against Slurm's own."""
+    lists = ["gpu[01-02]-ib", "a[1-2]b[3-4]", "n[008-010,12],cpu1", "node[0-1]", "x[9-11]y"]
+    for nodelist in lists:
+        slurm = cluster.check(f"scontrol show hostnames {shlex.quote(nodelist)}").split()
+        script = f"from rig.launch import nodes; print(' '.join(nodes.hostnames({nodelist!r})))"
+        ours = cluster.check(f"python -c {shlex.quote(script)}").split()
+        assert ours == slurm, (nodelist, ours, slurm)
+
+
+def test_two_jobs_with_one_name_at_once_from_the_cluster_shell(cluster: Cluster, jobs: list[str]) -> None:
+    """From `make cluster-shell` (no USER in that shell), one job with `--export=NONE`, one with the
+    shell's environment, both `name=exp` on the same two nodes at once: each its own run directory
+    (exp, exp-2) that both its nodes agree on, its own rendezvous port (from the job id), the final
+    validation of its best.pt, every epoch once."""
+    assert "USER=" not in cluster_shell("env")
+    # Two jobs side by side: half the GPUs and CPUs each, nodes shared (the sbatch asks --exclusive).
+    share = "--gpus-per-node=2 --cpus-per-task=16 --oversubscribe"
+    submitted = []
+    for export in ("--export=NONE", ""):
+        out = cluster_shell(f"sbatch --parsable {export} {share} {SBATCH} {rig_args('exp', 2)}")
+        submitted.append(out.strip().split(";")[0])
+    jobs.extend(submitted)
+    wait_until(lambda: all(cluster.job(j).state == "RUNNING" for j in submitted), timeout=120, interval=1)
+    env = task_environ(cluster, "node1")
+    done = [wait_ended(cluster, j) for j in submitted]
+    outputs = [cluster.output(j) for j in submitted]
+    for job, out in zip(done, outputs, strict=True):
+        assert job.state == "COMPLETED" and job.fields.get("NodeList") == "node[0-1]", (
+            job.fields,
+            out[-4000:],
+        )
+    # Both ran at once.
+    starts = [time.mktime(time.strptime(j.fields["StartTime"], "%Y-%m-%dT%H:%M:%S")) for j in done]
+    ends = [time.mktime(time.strptime(j.fields["EndTime"], "%Y-%m-%dT%H:%M:%S")) for j in done]
+    assert max(starts) < min(ends), [j.fields for j in done]
+    # As Pyxis starts a task: the submitting user's uid (not the image's 1000), the image's PATH, no
+    # USER under --export=NONE, enroot's hook variables.
+    assert env["UID"] == cluster.check("id -u").strip() != "1000", env
+    assert env["PATH"].startswith("/opt/venv/bin:") and env["PYTORCH_VERSION"], env
+    assert {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR"} <= env.keys(), env
+    # One folder per job, the same on both nodes; ports from the job ids.
+    dirs = run_dirs(cluster, "exp")
+    assert sorted(dirs) == ["exp", "exp-2"] and sorted(dirs.values()) == sorted(
+        f"slurm-{j}" for j in submitted
+    ), dirs
+    ports = {int(node0_command(out)[node0_command(out).index("--master-port") + 1]) for out in outputs}
+    assert ports == {61000 + int(j) % 4536 for j in submitted}, ports
+    for job_id, out in zip(submitted, outputs, strict=True):
+        run = next(d for d, owner in dirs.items() if owner == f"slurm-{job_id}")
+        assert out.count("world: 2 ranks = 2 nodes x 1 rank per node (cpu, gloo)") == 2, out[-4000:]
+        assert f"Validating {PROJECT_DIR}/{run}/weights/best.pt" in out, out[-4000:]
+        assert "final validation skipped" not in out, out[-4000:]
+        assert not re.search(r"^(WARNING|ERROR) ", out, re.MULTILINE), out[-4000:]
+        assert cluster.results_epochs(f"{RUNS}/{run}") == [1, 2], out[-4000:]
+
+
+def test_a_lost_node_is_requeued_and_resume_auto_continues_its_own_run(
+    cluster: Cluster, jobs: list[str]
+) -> None:
+    """A compute node killed mid-run (its slurmd and every process of it): Slurm marks it DOWN after
+    SlurmdTimeout (30 s) and requeues the job (--requeue); once the node is back, the job starts again
+    and resume=auto continues its own run directory (not `lost`, another's of the same name) from
+    last.pt: every epoch once."""
+    cluster.check(f"mkdir -p {RUNS}/lost")  # someone's run of the same name: the job gets lost-2
+    job_id = cluster.submit(rig_args("lost", 3))
+    jobs.append(job_id)
+    run = f"{RUNS}/lost-2"
+    wait_until(lambda: cluster.results_epochs(run) == [1], timeout=RUN_TIMEOUT, interval=1)
+    node1 = cluster.container("node1")
+    node1.kill()
+    try:
+        wait_until(lambda: cluster.job(job_id).state != "RUNNING", timeout=240, interval=1)
+    finally:
+        node1.start()
+    wait_until(lambda: cluster.job(job_id).restarts >= 1, timeout=240, interval=1)
+    job = wait_ended(cluster, job_id)
+    out = cluster.output(job_id)
+    assert job.state == "COMPLETED", (job.fields, out[-4000:])
+    assert "resume=auto: continuing" in out, out[-4000:]
+    assert cluster.results_epochs(run) == [1, 2, 3], out[-4000:]
+    assert run_dirs(cluster, "lost") == {"lost": "", "lost-2": f"slurm-{job_id}"}
+    print(json.dumps({"restarts": job.restarts, "reason": job.fields.get("Reason")}))
