@@ -44,7 +44,7 @@ def rig_args(name: str, epochs: int) -> str:
 @pytest.fixture(scope="module")
 def cluster(docker_client: Any) -> Cluster:
     c = Cluster(docker_client)
-    c.check("sinfo -h -o '%D %t' | grep -qx '2 idle'", timeout=60)
+    wait_until(lambda: c.run("sinfo -h -o '%D %t' | grep -qx '2 idle'")[0] == 0, timeout=300, interval=2)
     return c
 
 
@@ -129,9 +129,11 @@ def test_pyxis_tasks_get_the_image_environment_and_enroots_hook(cluster: Cluster
         assert row[-1].startswith("/opt/venv/bin:"), out
     hooked = cluster.check("srun -N1 --container-image=x bash -c 'echo $SLURM_JOB_ID $MASTER_PORT'").split()
     assert int(hooked[1]) == 61000 + int(hooked[0]) % 4536, hooked
-    # The ENTRYPOINT (rig exec) gives a user who cannot write the image's settings folder the baked ones.
-    ran = cluster.check("srun -N1 --container-image=x --container-entrypoint bash -c 'echo $YOLO_CONFIG_DIR'")
-    assert ran.split()[-1] == "/opt/rig/ultralytics", ran
+    # The ENTRYPOINT (rig exec) sets the GPU environment; without it the task has none of it.
+    probe = "bash -c 'echo order=$CUDA_DEVICE_ORDER'"
+    ran = cluster.check(f"srun -N1 --container-image=x --container-entrypoint {probe}")
+    assert "order=PCI_BUS_ID" in ran, ran
+    assert "order=\n" in cluster.check(f"srun -N1 --container-image=x {probe}") + "\n"
 
 
 def test_slurm_node_lists_read_as_slurm_reads_them(cluster: Cluster) -> None:

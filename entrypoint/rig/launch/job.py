@@ -153,3 +153,18 @@ def metrics_env(environ: Mapping[str, str]) -> dict[str, str]:
     is one line here, before anything runs."""
     metrics_config.endpoint(environ)
     return metrics_config.node_env()
+
+
+def train_env(
+    user_environ: Mapping[str, str],
+    environ: Mapping[str, str],
+    threads: int,
+    gpus: Sequence[tuple[int, str]] | None,
+) -> dict[str, str]:
+    """What `rig train`'s launch adds to the environment: the GPU variables (env_delta), the run's
+    GPUs (None on the CPU) and the node's /metrics."""
+    return {
+        **env_delta(user_environ, environ, threads),
+        **rankenv.launch_variables(gpus, None),
+        **metrics_env(environ),
+    }

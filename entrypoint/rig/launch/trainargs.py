@@ -9,7 +9,6 @@ every rule is a pure function a test calls directly. The INFO and WARNING lines 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,7 +137,6 @@ class Found:
     default_weights: Path  # yolo11n.pt in the weights folder
     default_weights_exist: bool
     default_batch: float  # Ultralytics' default batch per GPU
-    newest_last: Path | None = None  # resume=True without a checkpoint: the newest last.pt of the runs
 
 
 def default_data(user_args: Mapping[str, str], found: Found) -> str | None:
@@ -171,22 +169,17 @@ def wants_newest_last(args: Mapping[str, str]) -> bool:
     return resume_of(args) is True and not args.get("model", "").endswith(".pt")
 
 
-def newest_last(runs_dir: Path) -> Path | None:
-    """The newest last*.pt under runs_dir (discovery, for with_resume)."""
-    found = sorted(runs_dir.glob("**/last*.pt"), key=os.path.getctime)
-    return found[-1] if found else None
-
-
-def with_resume(args: dict[str, str], found: Found, runs_dir: Path) -> dict[str, str]:
-    """resume=True continues the newest run unless model= names its last.pt."""
+def with_resume(args: dict[str, str], newest_last: Path | None, runs_dir: Path) -> dict[str, str]:
+    """resume=True continues the newest run (newest_last: the newest last*.pt under runs_dir) unless
+    model= names its last.pt."""
     if not wants_newest_last(args):
         return args
-    if found.newest_last is None:
+    if newest_last is None:
         raise RigError(
             f"no last.pt under {runs_dir}; give model=path/to/last.pt", option="resume", value="True"
         )
-    _logger.info("resuming %s", found.newest_last)
-    return {**args, "model": str(found.newest_last)}
+    _logger.info("resuming %s", newest_last)
+    return {**args, "model": str(newest_last)}
 
 
 def project(args: Mapping[str, str], *, runs_dir: Path) -> Path:
@@ -199,13 +192,37 @@ def project(args: Mapping[str, str], *, runs_dir: Path) -> Path:
 
 
 @dataclass(frozen=True)
+class Located:
+    """Where a request's run and data are, for discovery to look at (read nothing here)."""
+
+    project: Path  # the run's folder's parent
+    name: str  # its name, before Ultralytics' -2, -3
+    data: str | None  # the dataset it trains on (None: a resume's, in the checkpoint)
+    auto_resume: bool  # resume=auto
+    newest_last_wanted: bool  # resume=True without a checkpoint
+    new_folder: bool  # a new run in a folder of its own (no resume, no exist_ok=True)
+
+
+def locate(user_args: Mapping[str, str], *, runs_dir: Path, default_name: str, found: Found) -> Located:
+    return Located(
+        project=project(user_args, runs_dir=runs_dir),
+        name=user_args.get("name") or default_name,
+        data=default_data(user_args, found),
+        auto_resume=user_args.get("resume", "").strip().lower() == "auto",
+        newest_last_wanted=wants_newest_last(user_args),
+        new_folder=resume_of(user_args) is False and user_args.get("exist_ok", "").strip().lower() != "true",
+    )
+
+
+@dataclass(frozen=True)
 class Decided:
-    """The trainer's arguments, the variables the levers give it, and whether it resumes a checkpoint
-    (which knows its run directory)."""
+    """The trainer's arguments, the variables the levers give it, whether it resumes a checkpoint
+    (which knows its run directory), and whether the launcher prepares the data."""
 
     args: dict[str, str]
     env: dict[str, str]
     resuming: bool
+    exist_ok: bool  # the user's exist_ok=True: the run folder is project/name as it is
 
 
 def decide(
@@ -215,14 +232,20 @@ def decide(
     cpu: bool,
     device: str,
     found: Found,
+    newest_last: Path | None,
     runs_dir: Path,
     smart_value: Callable[[str], Any],
     tune: Callable[[Mapping[str, str]], Iterable[tuning.Decision]],
 ) -> Decided:
-    """Every rule above, in order, once: the levers (and rect), the defaults, resume=True's checkpoint,
-    the device, the batch over the world, then the loader's workers and cache (tune: rig.yolo.tuning's
-    decisions for the arguments so far)."""
+    """Every rule above, in order, once: the levers (and rect), the defaults, resume=True's
+    checkpoint, the device, the batch over the world, then the loader's workers and cache (tune:
+    rig.yolo.tuning's decisions for the arguments so far). check_batch comes first, on its own."""
     args, lever_env = with_levers(user_args, world=world, cpu=cpu, smart_value=smart_value)
-    args = with_resume(with_defaults(args, found), found, runs_dir)
+    args = with_resume(with_defaults(args, found), newest_last, runs_dir)
     args = with_batch({**args, "device": device}, world, found.default_batch)
-    return Decided(with_tuning(args, tune(args)), lever_env, resume_of(args) is not False)
+    return Decided(
+        with_tuning(args, tune(args)),
+        lever_env,
+        resume_of(args) is not False,
+        args.get("exist_ok", "").strip().lower() == "true",
+    )

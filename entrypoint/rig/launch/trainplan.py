@@ -1,17 +1,18 @@
-"""What `rig train` runs, as one pipeline: parse once, discover once, decide once, assemble once.
+"""What `rig train` runs, as one pipeline: discover, parse, decide and assemble, each once.
 
-    request = parse(kv_args, gpus=..., cpu_ranks=..., environ=...)  # the user's input, checked
-    facts = discover(request, environ, read_topology)               # everything read from the world
-    plan = decide(request, facts)                                   # pure: what to run, and why
-    plan = reserve_run_dir(plan)                                    # writes   } the two steps a
-    plan = prepare_data(plan)                                       # writes   } dry run skips
-    launch = assemble(plan)                                         # the command and its variables
+    node = discover(environ, read_topology, user_environ)  # the node and its job, whatever is asked
+    request = parse(kv_args, gpus=..., cpu_ranks_given=..., environ=...)  # the user's input, checked
+    run = discover_run(request.args, node)                 # what is there for the run it names
+    plan = decide(request, node, run)                      # pure: what to run, and why
+    plan = prepare_data(plan)                              # writes   } the two steps
+    plan = reserve_run_dir(plan)                           # writes   } a dry run skips
+    launch = assemble(plan)                                # the command and its variables
 
 Planning has no side effect: `decide` only logs what it decided. The two steps that change the world
 are named, so `--dry-run` prints the command of the same plan without them: the run directory it
 would claim (rig.launch.rundir) and no data prepared (rig.yolo.nodecache.prepare). A decision that
-needs a new fact about the machine gets it as a field of `Facts`, read in `discover`, and is made in
-`decide` (or the rules it calls: rig.launch.trainargs).
+needs a new fact about the machine (a GPU's memory, say) gets it as a field of `Node`, read in
+`discover`, and is made in `decide` or the rules it calls (rig.launch.trainargs.decide).
 """
 
 from __future__ import annotations
@@ -105,85 +106,85 @@ def parse(
 
 
 # ---------------------------------------------------------------------------------------------
-# Discover: everything the decision reads, read here once.
+# Discover: everything the decision reads, read here once: the node (whatever is asked), then what
+# the request names (its run's folders, its dataset).
 
 
 @dataclass(frozen=True)
-class RunDirs:
-    """Where the run goes as the request names it, and what is there."""
+class Node:
+    """The node and its job, as this launch finds them."""
 
-    project: Path
-    name: str
-    existing: list[rundir.Existing]  # name, name-2... as they are, with their owners
-    state: autoresume.RunState | None  # resume=auto: the last.pt of the folder it would continue
-
-
-@dataclass(frozen=True)
-class Facts:
-    node: nodes.NodeSpec
+    spec: nodes.NodeSpec
     master_addresses: list[str]  # what the master address resolves to on this node
     topology: Topology
     identity: str | None  # the job's, which owns its run directory (rig.launch.nodes.job_identity)
-    found: trainargs.Found
+    default_name: str  # train, or the job's train-<job>
     runs_dir: Path
-    runs: RunDirs
-    machine: tuning.Machine  # RAM, /dev/shm, the dataset's size (rig.yolo.tuning)
+    found: trainargs.Found  # the demo dataset, yolo11n.pt, Ultralytics' default batch
+    resources: tuning.Resources  # RAM, /dev/shm, room for the node image cache
     environ: dict[str, str]  # the environment of this launch
     user_environ: dict[str, str]  # the environment as rig found it (rig.USER_ENVIRON)
 
 
-def _is_auto(args: Mapping[str, str]) -> bool:
-    return args.get("resume", "").strip().lower() == "auto"
-
-
-def discover_runs(
-    args: Mapping[str, str], runs_dir: Path, environ: Mapping[str, str], identity: str | None
-) -> RunDirs:
-    """The run's folders; for resume=auto, the state of the one it would continue: the job's own
-    (a scheduler's job), or project/name (outside one)."""
-    project = trainargs.project(args, runs_dir=runs_dir)
-    name = args.get("name") or rundir.default_name(nodes.job_name(environ))
-    existing = rundir.scan(project, name)
-    state = None
-    if _is_auto(args):
-        if identity is None:
-            state = autoresume.read_state(project / name)
-        else:
-            choice = rundir.choose(project, name, existing, identity)
-            state = autoresume.read_state(choice.path) if choice.owned else None
-    return RunDirs(project, name, existing, state)
-
-
 def discover(
-    request: Request,
-    environ: Mapping[str, str],
-    read_topology: Callable[[], Topology],
-    user_environ: Mapping[str, str] | None = None,
-) -> Facts:
-    node = nodes.node_spec(environ)
+    environ: Mapping[str, str], read_topology: Callable[[], Topology], user_environ: Mapping[str, str]
+) -> Node:
+    spec = nodes.node_spec(environ)
     dirs = ultra.settings_dirs(environ)
-    runs_dir, weights = dirs["runs_dir"], dirs["weights_dir"] / "yolo11n.pt"
-    demo = DEMO_DATA
+    weights = dirs["weights_dir"] / "yolo11n.pt"
     found = trainargs.Found(
-        demo_data=demo,
-        demo_data_exists=demo.exists(),
+        demo_data=DEMO_DATA,
+        demo_data_exists=DEMO_DATA.exists(),
         default_weights=weights,
         default_weights_exist=weights.exists(),
         default_batch=float(ultra.default("batch")),
-        newest_last=trainargs.newest_last(runs_dir) if trainargs.wants_newest_last(request.args) else None,
     )
-    identity = nodes.job_identity(environ)
-    return Facts(
-        node=node,
-        master_addresses=nodes.resolve(node.master_addr) if node.nnodes > 1 and node.master_addr else [],
+    return Node(
+        spec=spec,
+        master_addresses=nodes.resolve(spec.master_addr) if spec.nnodes > 1 and spec.master_addr else [],
         topology=read_topology(),
-        identity=identity,
+        identity=nodes.job_identity(environ),
+        default_name=rundir.default_name(nodes.job_name(environ)),
+        runs_dir=dirs["runs_dir"],
         found=found,
-        runs_dir=runs_dir,
-        runs=discover_runs(request.args, runs_dir, environ, identity),
-        machine=tuning.discover(trainargs.default_data(request.args, found)),
+        resources=tuning.read_resources(),
         environ=dict(environ),
-        user_environ=dict(user_environ if user_environ is not None else environ),
+        user_environ=dict(user_environ),
+    )
+
+
+@dataclass(frozen=True)
+class Run:
+    """What is there for the run the request names."""
+
+    located: trainargs.Located
+    existing: list[rundir.Existing]  # its folders (name, name-2...) with their owners
+    state: autoresume.RunState | None  # resume=auto: the last.pt of the folder it would continue
+    newest_last: Path | None  # resume=True without a checkpoint: the newest last.pt of the runs
+    dataset: tuning.Dataset  # the size of the dataset it trains on
+
+
+def newest_last(runs_dir: Path) -> Path | None:
+    """The newest last*.pt under runs_dir."""
+    found = sorted(runs_dir.glob("**/last*.pt"), key=os.path.getctime)
+    return found[-1] if found else None
+
+
+def discover_run(args: Mapping[str, str], node: Node) -> Run:
+    """The run's folders and, for resume=auto, the state of the one it would continue: the job's own
+    (a scheduler's job), or project/name (outside one); the dataset's size."""
+    where = trainargs.locate(args, runs_dir=node.runs_dir, default_name=node.default_name, found=node.found)
+    existing = rundir.scan(where.project, where.name)
+    state = None
+    if where.auto_resume:
+        folder = _folder(where, existing, node.identity, auto=True)
+        state = autoresume.read_state(folder.path) if folder.path.exists() else None
+    return Run(
+        located=where,
+        existing=existing,
+        state=state,
+        newest_last=newest_last(node.runs_dir) if where.newest_last_wanted else None,
+        dataset=tuning.size_dataset(where.data),
     )
 
 
@@ -212,18 +213,11 @@ def device_arg(devices: Devices, ranks: Ranks) -> str:
     return devices.kind if devices.kind != "gpu" else ",".join(str(i) for i in ranks.gpu_ids)
 
 
-def check_node(devices: Devices, facts: Facts) -> None:
+def check_node(node: Node) -> None:
     """Every variable a launch reads checked, before anything runs or waits."""
-    node = facts.node
-    job.metrics_env(facts.environ)  # a bad RIG_METRICS_PORT: one line, before anything runs
-    if devices.kind == "mps" and node.nnodes > 1:
-        raise RigError(
-            "trains in one process; unset NNODES (or the scheduler's node count)",
-            option="device",
-            value="mps",
-        )
-    ddp.nccl_timeout(facts.environ), ddp.stop_grace(facts.environ), ddp.rendezvous_timeout(facts.environ)
-    nodes.check_master(node, facts.master_addresses)
+    job.metrics_env(node.environ)  # a bad RIG_METRICS_PORT: one line, before anything runs
+    ddp.nccl_timeout(node.environ), ddp.stop_grace(node.environ), ddp.rendezvous_timeout(node.environ)
+    nodes.check_master(node.spec, node.master_addresses)
 
 
 def world_line(devices: Devices, node: nodes.NodeSpec, per_node: int) -> str:
@@ -247,6 +241,22 @@ class RunDir:
     name: str  # the name the sequence name, name-2... starts from
 
 
+def _folder(
+    where: trainargs.Located,
+    existing: list[rundir.Existing],
+    identity: str | None,
+    *,
+    auto: bool = False,
+    exist_ok: bool = False,
+) -> RunDir:
+    """The run's folder: project/name as it is for the user's exist_ok=True, or for resume=auto
+    outside a scheduler's job; else the job's own, or the first free name (claimed later)."""
+    if exist_ok or (auto and identity is None):
+        return RunDir(where.project / where.name, False, identity, where.name)
+    choice = rundir.choose(where.project, where.name, existing, identity)
+    return RunDir(choice.path, True, identity, where.name)
+
+
 @dataclass(frozen=True)
 class Plan:
     devices: Devices
@@ -256,83 +266,77 @@ class Plan:
     env: dict[str, str]  # what the launch's environment gains
     unset: tuple[str, ...]  # what it loses
     run: RunDir | None  # None: a resumed checkpoint knows its run directory
+    task: str  # detect, segment...: how the dataset is checked
     prepare: bool  # the launcher prepares the data before the ranks start
     done: str | None = None  # nothing to run (resume=auto of a finished run): why
 
 
-def _auto_resume(args: dict[str, str], facts: Facts) -> tuple[dict[str, str], RunDir | None, str | None]:
-    """resume=auto: the run's last.pt continued (resume=True), a fresh run in its folder, or (the
+def _auto_resume(
+    args: Mapping[str, str], folder: RunDir, state: autoresume.RunState | None
+) -> tuple[dict[str, str], RunDir | None, str | None]:
+    """resume=auto: the folder's last.pt continued (resume=True), a fresh run in the folder, or (the
     third value) why there is nothing to train."""
     rest = {k: v for k, v in args.items() if k != "resume"}
-    runs = facts.runs
-    if facts.identity is None:  # outside a scheduler: the folder the name says
-        folder, claim = runs.project / runs.name, False
-    else:  # the job's own, or a new one
-        choice = rundir.choose(runs.project, runs.name, runs.existing, facts.identity)
-        folder, claim = choice.path, True
-    state = runs.state or autoresume.RunState(folder / "weights" / "last.pt", exists=False)
-    decision = autoresume.decide(folder, state)
+    last = folder.path / "weights" / "last.pt"
+    decision = autoresume.decide(folder.path, state or autoresume.RunState(last, exists=False))
     if decision.kind == "finished":
         return rest, None, decision.message
     _logger.info("%s", decision.message)
     if decision.kind == "resume":
-        return {**rest, "resume": "True", "model": str(folder / "weights" / "last.pt")}, None, None
-    return rest, RunDir(folder, claim, facts.identity, runs.name), None
+        return {**rest, "resume": "True", "model": str(last)}, None, None
+    return rest, folder, None
 
 
-def _run_dir(args: Mapping[str, str], facts: Facts) -> RunDir:
-    """A new run's folder: project/name when the user said exist_ok=True, else the job's own or the
-    first free name (claimed later: the nodes of a job agree on it by its identity)."""
-    runs = facts.runs
-    if args.get("exist_ok", "").strip().lower() == "true":
-        return RunDir(runs.project / runs.name, False, facts.identity, runs.name)
-    if facts.identity is None and facts.node.nnodes > 1:
+def decide(request: Request, node: Node, run: Run) -> Plan:
+    """The plan of one node: its ranks, the trainer's arguments and environment, the run's folder."""
+    devices, spec = request.devices, node.spec
+    check_node(node)
+    if devices.kind == "mps" and spec.nnodes > 1:
         raise RigError(
-            f"{facts.node.nnodes} nodes started by hand cannot agree on a new run directory: set RDZV_ID "
+            "trains in one process; unset NNODES (or the scheduler's node count)",
+            option="device",
+            value="mps",
+        )
+    placed = place_ranks(devices, node.topology)
+    nranks, rank_cpus = len(placed.bindings), len(placed.bindings[0].cpus)
+    world = nranks * spec.nnodes
+    trainargs.check_batch(request.args, world)
+    if run.located.new_folder and node.identity is None and spec.nnodes > 1:
+        raise RigError(
+            f"{spec.nnodes} nodes started by hand cannot agree on a new run directory: set RDZV_ID "
             "to one value for this run on every node (a restart with the same RDZV_ID and resume=auto "
             "continues it), or give name= with exist_ok=True"
         )
-    choice = rundir.choose(runs.project, runs.name, runs.existing, facts.identity)
-    return RunDir(choice.path, True, facts.identity, runs.name)
-
-
-def decide(request: Request, facts: Facts) -> Plan:
-    """The plan of one node: its ranks, the trainer's arguments and environment, the run's folder."""
-    devices, node = request.devices, facts.node
-    check_node(devices, facts)
-    placed = place_ranks(devices, facts.topology)
-    nranks = len(placed.bindings)
-    world = nranks * node.nnodes
-    trainargs.check_batch(request.args, world)
-    _logger.info("%s", world_line(devices, node, nranks))
-    user, run, done = dict(request.args), None, None
-    if _is_auto(user):
-        user, run, done = _auto_resume(user, facts)
-    alone = devices.kind != "gpu" and world == 1
-    if done:
-        return Plan(devices, node, placed, user, {}, (), None, False, done)
-    rank_cpus = len(placed.bindings[0].cpus)
+    _logger.info("%s", world_line(devices, spec, nranks))
+    args, folder = dict(request.args), None
+    if run.located.auto_resume:
+        args, folder, done = _auto_resume(
+            args, _folder(run.located, run.existing, node.identity, auto=True), run.state
+        )
+        if done:
+            return Plan(devices, spec, placed, args, {}, (), None, "", False, done)
     decided = trainargs.decide(
-        user,
+        args,
         world=world,
         cpu=devices.kind != "gpu",
         device=device_arg(devices, placed),
-        found=facts.found,
-        runs_dir=facts.runs_dir,
+        found=node.found,
+        newest_last=run.newest_last,
+        runs_dir=node.runs_dir,
         smart_value=ultra.smart_value,
-        tune=lambda args: tuning.decide_for(
-            facts.machine, user_args=args, rank_cpus=rank_cpus, nranks=nranks, world=world
+        tune=lambda a: tuning.decide_for(
+            node.resources, run.dataset, user_args=a, rank_cpus=rank_cpus, nranks=nranks, world=world
         ),
     )
-    if not decided.resuming and run is None:
-        run = _run_dir(decided.args, facts)
-    env = {**job.env_delta(facts.user_environ, facts.environ, rank_cpus), **decided.env}
-    if devices.kind == "gpu":
-        env.update(rankenv.launch_variables(job.run_gpus(placed.bindings, placed.gpu_ids), None))
-    env.update(job.metrics_env(facts.environ))
-    unset = tuple(v for v in RENDEZVOUS_VARIABLES if v in facts.environ) if alone else ()
-    wanted = prepare.wanted(decided.args, trainargs.guess_task(decided.args), world)
-    return Plan(devices, node, placed, decided.args, env, unset, run, wanted)
+    if not decided.resuming and folder is None:
+        folder = _folder(run.located, run.existing, node.identity, exist_ok=decided.exist_ok)
+    gpus = job.run_gpus(placed.bindings, placed.gpu_ids) if devices.kind == "gpu" else None
+    env = {**job.train_env(node.user_environ, node.environ, rank_cpus, gpus), **decided.env}
+    alone = devices.kind != "gpu" and world == 1
+    unset = tuple(v for v in RENDEZVOUS_VARIABLES if v in node.environ) if alone else ()
+    task = trainargs.guess_task(decided.args)
+    wanted = prepare.wanted(decided.args, task, world)
+    return Plan(devices, spec, placed, decided.args, env, unset, folder, task, wanted)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,7 +359,7 @@ def prepare_data(plan: Plan) -> Plan:
     data = plan.args.get("data")
     if data:
         try:
-            ultra.check_dataset(data, trainargs.guess_task(plan.args))
+            ultra.check_dataset(data, plan.task)
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise RigError(f"dataset {data}: {first}") from None
@@ -397,8 +401,9 @@ def plan_train(
 ) -> job.Launch:
     """The whole pipeline: what `rig train` runs (a dry run: the same, without the two writing steps)."""
     env = os.environ if environ is None else environ
+    node = discover(env, read_topology, rig.USER_ENVIRON)
     request = parse(kv_args, gpus=gpus, cpu_ranks_given=cpu_ranks_given, environ=env)
-    plan = decide(request, discover(request, env, read_topology, rig.USER_ENVIRON))
+    plan = decide(request, node, discover_run(request.args, node))
     if not dry_run and not plan.done:
         plan = reserve_run_dir(prepare_data(plan))
     return assemble(plan)

@@ -128,7 +128,6 @@ def _found(tmp_path: Path, **kw: object) -> trainargs.Found:
         "default_weights": weights,
         "default_weights_exist": weights.exists(),
         "default_batch": 16.0,
-        "newest_last": trainargs.newest_last(tmp_path / "runs"),
     }
     return trainargs.Found(**{**facts, **kw})  # type: ignore[arg-type]
 
@@ -153,20 +152,11 @@ def test_defaults_are_the_demo_data_and_yolo11n(tmp_path: Path) -> None:
 
 
 def test_resume_true_continues_the_newest_run(tmp_path: Path) -> None:
-    runs = tmp_path / "runs"
+    runs, last = tmp_path / "runs", tmp_path / "runs/detect/train-2/weights/last.pt"
     with pytest.raises(RigError, match=r"^resume=True: no last.pt under .*; give model=path/to/last.pt"):
-        trainargs.with_resume({"resume": "True"}, _found(tmp_path), runs)
-    last = runs / "detect/train-2/weights/last.pt"
-    last.parent.mkdir(parents=True)
-    last.write_bytes(b"")
-    assert trainargs.with_resume({"resume": "True"}, _found(tmp_path), runs) == {
-        "resume": "True",
-        "model": str(last),
-    }
-    assert (
-        trainargs.with_resume({"resume": "True", "model": "a/last.pt"}, _found(tmp_path), runs)["model"]
-        == "a/last.pt"
-    )
+        trainargs.with_resume({"resume": "True"}, None, runs)
+    assert trainargs.with_resume({"resume": "True"}, last, runs) == {"resume": "True", "model": str(last)}
+    assert trainargs.with_resume({"resume": "True", "model": "a/last.pt"}, last, runs)["model"] == "a/last.pt"
     assert not trainargs.wants_newest_last({"resume": "True", "model": "a/last.pt"})
 
 
