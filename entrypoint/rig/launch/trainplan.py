@@ -350,6 +350,8 @@ def reserve_run_dir(plan: Plan) -> Plan:
     if run is None or not run.claim:
         return plan
     path = rundir.claim(run.path.parent, run.name, run.identity)
+    if path != run.path:  # another launch took the name between the decision and the claim
+        _logger.info("run directory: %s (%s was taken meanwhile)", path, run.path.name)
     return dataclasses.replace(plan, run=dataclasses.replace(run, path=path, claim=False))
 
 
