@@ -1,7 +1,7 @@
-"""What `rig train` runs, as one pipeline: discover, parse, decide and assemble, each once.
+"""What `rig train` runs, as one pipeline: parse, discover, decide and assemble, each once.
 
-    node = discover(environ, read_topology, user_environ)  # the node and its job, whatever is asked
     request = parse(kv_args, gpus=..., cpu_ranks_given=..., environ=...)  # the user's input, checked
+    node = discover(environ, read_topology, user_environ)  # the node and its job, whatever is asked
     run = discover_run(request.args, node)                 # what is there for the run it names
     plan = decide(request, node, run)                      # pure: what to run, and why
     plan = prepare_data(plan)                              # writes   } the two steps
@@ -403,8 +403,8 @@ def plan_train(
 ) -> job.Launch:
     """The whole pipeline: what `rig train` runs (a dry run: the same, without the two writing steps)."""
     env = os.environ if environ is None else environ
-    node = discover(env, read_topology, rig.USER_ENVIRON)
     request = parse(kv_args, gpus=gpus, cpu_ranks_given=cpu_ranks_given, environ=env)
+    node = discover(env, read_topology, rig.USER_ENVIRON)
     plan = decide(request, node, discover_run(request.args, node))
     if not dry_run and not plan.done:
         plan = reserve_run_dir(prepare_data(plan))
