@@ -57,7 +57,8 @@ RUN --mount=type=secret,id=ca \
 # `uv export --locked --offline` fails on a lock that no longer matches pyproject.toml: nothing
 # re-resolves. The exported list pins every file by hash, so a mirror (PIP_INDEX_URL) serves
 # exactly the locked files.
-# gpustat is an sdist built without isolation from the locked setuptools(-scm), hence two steps.
+# gpustat and python-hostlist are sdists built without isolation from the locked setuptools(-scm),
+# hence two steps.
 # STACK: the CUDA stack, one of pyproject.toml's extras; the lock holds both, an image installs one.
 ARG STACK=cu121
 # RIG_FEATURES: Ultralytics features left out by default, as pyproject.toml's dependency groups
@@ -73,7 +74,8 @@ RUN --mount=type=secret,id=ca \
     [ -f /run/secrets/ca ] && export SSL_CERT_FILE=/run/secrets/ca; \
     groups=""; for g in ${RIG_FEATURES}; do groups="${groups} --group ${g}"; done; \
     { uv export --offline --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
-         --extra "${STACK}" ${groups} --no-emit-package gpustat -o /tmp/req-base.txt \
+         --extra "${STACK}" ${groups} --no-emit-package gpustat --no-emit-package python-hostlist \
+         -o /tmp/req-base.txt \
       && uv export --offline --quiet --locked --no-dev --no-emit-project --no-header \
          --format requirements-txt --extra "${STACK}" ${groups} -o /tmp/requirements.txt \
       || { echo "ERROR build: uv.lock is stale for pyproject.toml (run 'make lock'), or RIG_FEATURES='${RIG_FEATURES}' names a group pyproject.toml lacks"; exit 1; }; } \
@@ -275,6 +277,9 @@ ARG CUDNN_VERSION=unknown
 ARG TORCH_VERSION=unknown
 ARG ULTRALYTICS_VERSION=unknown
 ENV RIG_GIT_REVISION=${GIT_REVISION}
+# What NGC's PyTorch images set: enroot's PyTorch hook (Pyxis on Slurm) then hands every task
+# MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK and LOCAL_RANK, as rig reads them (docs/training.md).
+ENV PYTORCH_VERSION=${TORCH_VERSION}
 LABEL org.opencontainers.image.title="yolo-rig" \
       org.opencontainers.image.description="Ultralytics YOLO training on CUDA ${CUDA_VERSION} (stack ${STACK})" \
       org.opencontainers.image.revision="${GIT_REVISION}" \
