@@ -163,8 +163,10 @@ def test_healthcheck_runs_unprivileged(hws: Workstation) -> None:
         ).stdout
     )
     assert spec[:3] == ["CMD", "setpriv", "--reuid=65534"] and "-I" in spec
-    # The same command, run by hand: it answers as nobody.
-    out = hws.exec(" ".join(spec[1:]) + "; " + " ".join([*spec[1:5], "id", "-u"]))
+    # The same command, run by hand: it answers as nobody. (Right after a start TensorBoard may still
+    # be starting: the fixtures wait for SSH and JupyterLab only.)
+    command = " ".join(spec[1:]) + "; " + " ".join([*spec[1:5], "id", "-u"])
+    out = wait_until(lambda: (answer := hws.exec(command)).startswith("healthy") and answer, timeout=90)
     assert out.splitlines() == ["healthy", "65534"]
 
 
