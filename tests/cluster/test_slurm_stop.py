@@ -19,13 +19,17 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.slurm import DATA, PROJECT_DIR, RUNS, Cluster
+from tests.helpers.slurm import DATA, USER, Cluster
 from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 RUN_TIMEOUT = 900  # two ranks share a busy 2-core host with the cluster's daemons
-ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+# Each user's runs in a folder of their own on the shared runs volume, as the nodes and the submit
+# host see it.
+PROJECT_DIR = f"/workspace/runs/{USER}"
+RUNS = f"/shared/runs/{USER}"
 
 
 def train_args(epochs: int) -> str:
@@ -44,7 +48,7 @@ def run_dir(job_id: str) -> str:
 @pytest.fixture(scope="module")
 def cluster(docker_client: Any) -> Cluster:
     c = Cluster(docker_client)
-    c.check("sinfo -h -o '%D %t' | grep -qx '2 idle'", timeout=60)
+    wait_until(lambda: c.run("sinfo -h -o '%D %t' | grep -qx '2 idle'")[0] == 0, timeout=300, interval=2)
     return c
 
 
@@ -69,14 +73,38 @@ def last_pt(cluster: Cluster, job_id: str) -> dict[str, Any]:
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
-def _training(cluster: Cluster, job_id: str) -> bool:
-    return "Starting training for" in cluster.output(job_id)
+TRAINER = "rig.launch.trainer"
+
+
+def trainer_ranks(cluster: Cluster, service: str) -> set[str]:
+    """RANK and WORLD_SIZE of the trainer processes running on a node, read from /proc as the job's
+    user (root in the container may not read another user's environ)."""
+    cmd = (
+        f"for p in $(pgrep -f -- '^\\S*python\\S*( -\\S+)* -m {TRAINER} '); do "
+        "tr '\\0' '\\n' </proc/$p/environ 2>/dev/null | grep -E '^(RANK|WORLD_SIZE)='; done | sort -u"
+    )
+    _, out = cluster.run(cmd, service=service)
+    return {token for token in out.split() if token.startswith(("RANK=", "WORLD_SIZE="))}
+
+
+def wait_training(cluster: Cluster, job_id: str) -> None:
+    """Until both nodes run a trainer rank of the job and the first epoch has begun (the ranks'
+    stop handlers are in place)."""
+    wait_until(
+        lambda: (
+            "Starting training for" in cluster.output(job_id)
+            and trainer_ranks(cluster, "node0")
+            and trainer_ranks(cluster, "node1")
+        ),
+        timeout=RUN_TIMEOUT,
+        interval=1,
+    )
 
 
 def test_scancel_signal_term_saves_inside_the_epoch_with_workers(cluster: Cluster, jobs: list[str]) -> None:
     job_id = cluster.submit(train_args(3))
     jobs.append(job_id)
-    wait_until(lambda: _training(cluster, job_id), timeout=RUN_TIMEOUT, interval=1)
+    wait_training(cluster, job_id)
     wait_until(lambda: cluster.results_epochs(run_dir(job_id)) == [1], timeout=RUN_TIMEOUT, interval=1)
     sent = float(cluster.check("date +%s.%N"))
     cluster.check(f"scancel --signal=TERM {job_id}")
@@ -103,6 +131,10 @@ def test_the_time_limit_requeues_and_the_run_goes_on_inside_the_epoch(
     export = f"--export=ALL,TRAIN_ARGS={train_args(epochs)},STOP_WARNING_S=120,RIG_STOP_GRACE=40"
     job_id = cluster.submit(train_args(epochs), "--time=4:00", "--signal=B:USR1@120", export)
     jobs.append(job_id)
+    wait_training(cluster, job_id)
+    # Two nodes x one CPU rank: world 2, global rank 0 on node0.
+    assert trainer_ranks(cluster, "node0") == {"RANK=0", "WORLD_SIZE=2"}
+    assert trainer_ranks(cluster, "node1") == {"RANK=1", "WORLD_SIZE=2"}
     wait_until(lambda: cluster.job(job_id).restarts == 1, timeout=RUN_TIMEOUT, interval=2)
     first = cluster.output(job_id)
     assert "time limit near: stopping the ranks" in first, first[-4000:]
