@@ -174,6 +174,7 @@ def test_docker_stop_of_make_train_keeps_the_batch_and_the_resumed_run_is_the_wh
         )
     )
     assert same["model"][0] == 0, same  # the stripped last.pt: the EMA, as Ultralytics saves it
+    assert "rig_resume.model" not in same, same  # the end of training's rewrite dropped the fp32 state
     again = _make(project, *cut)
     assert again.returncode == 0 and f"resume=auto: {RUNS}/cut is finished" in again.stdout, again.stdout[
         -3000:
