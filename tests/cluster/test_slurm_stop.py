@@ -141,7 +141,7 @@ def test_the_time_limit_requeues_and_the_run_goes_on_inside_the_epoch(
     assert "time limit near: stopping the ranks" in first, first[-4000:]
     assert "the ranks stopped (exit 143); requeueing job" in first, first[-4000:]
     assert "DataLoader worker" not in first and "Traceback" not in first, first[-4000:]
-    assert "CANCELLED" not in first and "TIME LIMIT" not in first, first[-4000:]  # before Slurm's deadline
+    assert "DUE TO TIME LIMIT" not in first, first[-4000:]  # requeued before Slurm's own deadline
     stop = re.search(
         r"stop: \S+ continues at (epoch (\d+)/100 (at batch \d+/\d+|trained, its validation next))", first
     )
