@@ -207,9 +207,12 @@ def test_a_sigkill_loses_seconds_and_a_stop_during_validation_keeps_the_epoch(
         )
         # The same run uninterrupted first (augmentation on: its draws are the resumed run's too).
         whole = train.replace("name=k resume=auto", "name=whole")
+        # Each batch 0.2 s longer, only in the run to kill: its epochs outlast the 5 s, however fast
+        # the box (an epoch's end is a checkpoint too, and starts the interval again).
+        slow_train = "PYTHONPATH=/tests/slow_clock RIG_TEST_TRAIN_BATCH_S=0.2"
         env = {"RIG_USER": "root", "RIG_CHECKPOINT_EVERY": "5"}
         c = containers.run(
-            ["bash", "-c", f"{data} && {whole} > /runs/whole.log 2>&1 && exec {train}"],
+            ["bash", "-c", f"{data} && {whole} > /runs/whole.log 2>&1 && exec env {slow_train} {train}"],
             volumes=mounts,
             environment=env,
             shm_size="1g",
@@ -232,7 +235,7 @@ def test_a_sigkill_loses_seconds_and_a_stop_during_validation_keeps_the_epoch(
         assert where is not None and epoch == where[0] - 1, where
 
         # The same command again, with each validation batch a second longer; TERM while it validates.
-        slow = "PYTHONPATH=/tests/slow_validation RIG_TEST_VAL_BATCH_S=1"
+        slow = "PYTHONPATH=/tests/slow_clock RIG_TEST_VAL_BATCH_S=1"
         run = f"cd /runs && ({slow} {train}; echo $? > /runs/rc) > /runs/t2.log 2>&1 &"
         assert containers.exec(checker, f"rm -f /runs/rc; {run}", 30)[0] == 0
         validating = "grep -q 'mAP50-95' /runs/t2.log"
