@@ -26,7 +26,7 @@ from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.topology import Topology, read_topology
 from rig.launch import autoresume, binding, ddp, gpuenv, nodes, trainargs
 from rig.observe.metrics import config as metrics_config
-from rig.yolo import tuning, ultra
+from rig.yolo import datasets, tuning, ultra
 from rig.yolo.nodecache import prepare
 
 _logger = log.get("launch")
@@ -188,6 +188,18 @@ def _run_dir(args: dict[str, str], reserve: bool = True) -> tuple[dict[str, str]
     return {**args, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": "True"}, run_dir
 
 
+def _check_data(args: Mapping[str, str]) -> None:
+    """rig's reading of data= (rig.yolo.datasets.check) before Ultralytics': what would block its
+    reader (a FIFO), take minutes to parse, or fail only inside the trainer (an empty split) is one
+    line here, before the run's folder is made."""
+    data = args.get("data")
+    if data:
+        try:
+            datasets.check(data, ultra.datasets_dir())
+        except datasets.DatasetError as e:
+            raise RigError(str(e)) from None
+
+
 def _check_dataset(args: Mapping[str, str]) -> None:
     """Dataset checks (and any download) once per node, before the ranks start."""
     data = args.get("data")
@@ -342,6 +354,8 @@ def plan_train(
     if done:
         return Launch([], {}, done)
     args, lever_env = _train_args(user, devices, placed, world)
+    if check_dataset:
+        _check_data(args)
     args, run_dir = _run_dir(args, reserve=check_dataset)
     if check_dataset:
         args = _before_ranks(args, len(placed.bindings), world)
