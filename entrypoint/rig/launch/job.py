@@ -307,7 +307,9 @@ def device_arg(devices: Devices, ranks: Ranks) -> str:
 def node_of(devices: Devices, environ: Mapping[str, str]) -> nodes.NodeSpec:
     """This node's place in the job; every variable a launch reads checked here, before anything runs."""
     node = nodes.node_spec(environ)
-    metrics_config.endpoint(environ)  # a bad RIG_METRICS_PORT: one line, before anything runs
+    # A bad RIG_METRICS_PORT or an unreadable RIG_METRICS_TOKEN_FILE: one line, before anything runs.
+    if metrics_config.endpoint(environ) is not None:
+        metrics_config.token(environ)
     if devices.kind == "mps" and node.nnodes > 1:
         raise RigError(
             "trains in one process; unset NNODES (or the scheduler's node count)",
