@@ -1,0 +1,262 @@
+"""What a hostile `yolo` (or a second container on the same volumes) can hand the image as input:
+FIFOs, links, huge or empty files where data, images or the node image cache's files belong, a held
+lock, and /metrics from another container. Each ends in one clear line and a non-zero exit within
+seconds, or is skipped (rebuilt) with one WARNING while the run goes on; nothing hangs.
+
+Cases share a container where they do not interfere: every command inside runs under `timeout -k`
+(a process that ignores TERM is killed), and reports its exit code, its seconds and its output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from tests.helpers import SCRIPTS
+from tests.helpers.containers import Containers, free_port
+from tests.helpers.waiting import wait_until
+
+pytestmark = pytest.mark.image
+
+# CASE NAME LIMIT CMD...: CMD under `timeout -k 5 LIMIT`; one `CASE {json}` line (name, rc, seconds,
+# output). $AS_YOLO: the entrypoint's own way from root to yolo (the script itself runs as root).
+PRELUDE = r"""
+set -u
+CASE() {
+  local name=$1 limit=$2; shift 2
+  local t0; t0=$(date +%s%N)
+  timeout -k 5 "$limit" "$@" > "/tmp/case.$name" 2>&1; local rc=$?
+  python -c 'import json, sys, time
+name, rc, t0, path = sys.argv[1:]
+case = {"name": name, "rc": int(rc), "s": round(time.time() - int(t0) / 1e9, 1)}
+print("CASE " + json.dumps({**case, "out": open(path, errors="replace").read()}))' \
+    "$name" "$rc" "$t0" "/tmp/case.$name"
+}
+AS_YOLO="env -u RIG_USER rig exec --"
+"""
+TRAIN = (
+    "rig train device=cpu model=yolo11n.yaml imgsz=64 batch=4 epochs=1 workers=0 plots=False "
+    "project=/tmp/runs exist_ok=True"
+)
+DEMO = "rig demo-data {dir} --train 8 --val 2 --imgsz 64 >/dev/null"
+
+
+def cases(containers: Containers, script: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
+    """Run script (after PRELUDE) as root in one container; its CASE lines by name."""
+    kwargs.setdefault("environment", {})["RIG_USER"] = "root"
+    rc, logs = containers.oneshot(
+        ["bash", "-c", PRELUDE + script], timeout=1500, network_mode="none", shm_size="1g", **kwargs
+    )
+    found = {}
+    for line in logs.splitlines():
+        if line.startswith("CASE "):
+            case = json.loads(line[5:])
+            found[case["name"]] = case
+            print(f"{case['name']}: exit {case['rc']} after {case['s']} s")  # shown with -s, or on failure
+    assert rc == 0 and found, logs[-6000:]
+    return found
+
+
+def errors(case: dict[str, Any]) -> list[str]:
+    return [line for line in case["out"].splitlines() if line.startswith("ERROR")]
+
+
+def one_error_line(case: dict[str, Any], *fragments: str, within: float = 60) -> None:
+    """Exit 1, one ERROR line naming each fragment, nothing else alarming, within seconds."""
+    assert case["rc"] == 1, case
+    assert case["s"] < within, case
+    lines = errors(case)
+    assert len(lines) == 1 and all(f in lines[0] for f in fragments), case["out"][-3000:]
+    assert "Traceback" not in case["out"], case["out"][-3000:]
+
+
+# ---- inputs: data.yaml, its splits, its images and labels -------------------------------------------
+INPUTS = f"""
+{DEMO.format(dir="/tmp/d")}
+chown -R yolo:yolo /tmp/d
+$AS_YOLO mkfifo /tmp/fifo.yaml
+$AS_YOLO python -c "open('/tmp/big.yaml', 'w').write('train: [' + '0,' * 50_000_000 + '0]\\n')"
+$AS_YOLO mkdir -p /tmp/e/images/train /tmp/e/val
+$AS_YOLO cp -r /tmp/d/images/val /tmp/e/images/
+$AS_YOLO mkfifo /tmp/e/train.txt /tmp/e/val.txt
+$AS_YOLO bash -c "cd /tmp/e && cp -r /tmp/d/images/train images/full
+  printf 'path: /tmp/e\\ntrain: images/train\\nval: images/val\\nnames: {{0: a}}\\n' > empty.yaml
+  printf 'path: /tmp/e\\ntrain: train.txt\\nval: images/val\\nnames: {{0: a}}\\n' > train-fifo.yaml
+  printf 'path: /tmp/e\\ntrain: images/full\\nval: val.txt\\nnames: {{0: a}}\\n' > val-fifo.yaml"
+CASE fifo-yaml 120 $AS_YOLO {TRAIN} data=/tmp/fifo.yaml
+CASE big-yaml 120 $AS_YOLO {TRAIN} data=/tmp/big.yaml
+CASE empty-split 120 $AS_YOLO {TRAIN} data=/tmp/e/empty.yaml
+CASE train-fifo 120 $AS_YOLO {TRAIN} data=/tmp/e/train-fifo.yaml
+CASE val-fifo 120 $AS_YOLO {TRAIN} data=/tmp/e/val-fifo.yaml
+CASE doctor-fifo-yolo 120 $AS_YOLO rig doctor --data /tmp/fifo.yaml
+CASE doctor-fifo-root 120 rig doctor --data /tmp/fifo.yaml
+# A FIFO among the images, and one where an image's label file should be.
+$AS_YOLO bash -c 'mkfifo /tmp/d/images/train/zz_fifo.jpg
+  label=$(ls /tmp/d/labels/train | head -1); rm /tmp/d/labels/train/$label; mkfifo /tmp/d/labels/train/$label'
+CASE doctor-fifo-image-yolo 120 $AS_YOLO rig doctor --data /tmp/d/data.yaml
+CASE doctor-fifo-image-root 120 rig doctor --data /tmp/d/data.yaml
+CASE fifo-images 600 $AS_YOLO {TRAIN} data=/tmp/d/data.yaml
+"""
+
+
+def test_bad_inputs_are_one_error_line_or_skipped_never_a_hang(containers: Containers) -> None:
+    found = cases(containers, INPUTS)
+    one_error_line(found["fifo-yaml"], "/tmp/fifo.yaml: it is a FIFO, not a regular file")
+    # 100 MB of one list: refused before it is parsed (parsing took 150 s and 4.7 GB).
+    one_error_line(found["big-yaml"], "/tmp/big.yaml: it is larger than 1 MiB (100000011 bytes)", within=30)
+    one_error_line(found["empty-split"], "/tmp/e/empty.yaml: train: no images in /tmp/e/images/train")
+    one_error_line(found["train-fifo"], "train: /tmp/e/train.txt is a FIFO")
+    one_error_line(found["val-fifo"], "val: /tmp/e/val.txt is a FIFO")
+    # rig doctor, as yolo and as root: the dataset check fails with the reason (no GPU here: exit 1).
+    for who in ("yolo", "root"):
+        doctor = found[f"doctor-fifo-{who}"]
+        assert doctor["rc"] == 1 and doctor["s"] < 60, doctor
+        fifo = r"fail +dataset +/tmp/fifo.yaml: .*it is a FIFO, not a regular file"
+        assert re.search(fifo, doctor["out"]), doctor
+        sample = found[f"doctor-fifo-image-{who}"]
+        assert sample["rc"] in (0, 1) and sample["s"] < 60 and "Traceback" not in sample["out"], sample
+        assert re.search(r"\S+ +dataset +/tmp/d/data.yaml: 8 train images", sample["out"]), sample["out"]
+    # The run goes on: the FIFO image and the image with a FIFO label are skipped as corrupt images.
+    run = found["fifo-images"]
+    assert run["rc"] == 0, run["out"][-4000:]
+    assert "zz_fifo.jpg: ignoring corrupt image/label: it is a FIFO, not a regular file" in run["out"]
+    label = r"ignoring corrupt image/label: its label file \S+ is a FIFO, not a regular file"
+    assert re.search(label, run["out"]), run["out"][-4000:]
+    assert not errors(run), run["out"][-4000:]
+
+
+# ---- the node image cache ---------------------------------------------------------------------------
+CACHE = f"""
+{DEMO.format(dir="/tmp/d")}
+chown -R yolo:yolo /tmp/d
+CASE first 600 $AS_YOLO {TRAIN} data=/tmp/d/data.yaml cache=ram name=first
+key=$(grep -o '/cache/images/[0-9a-f]*.img' /tmp/case.first | head -1 | xargs basename | cut -d. -f1)
+# A FIFO at the cache file's path: it hung rig train, silently and past `timeout`.
+$AS_YOLO bash -c "rm /cache/images/$key.img && mkfifo /cache/images/$key.img"
+CASE fifo-cache 400 $AS_YOLO {TRAIN} data=/tmp/d/data.yaml cache=ram name=fifo
+# The build lock held by a process that builds nothing: it hung rig train, silently.
+$AS_YOLO bash -c "rm /cache/images/$key.img; flock /cache/images/$key.lock sleep 900 >/dev/null 2>&1 &"
+sleep 1
+CASE held-lock 400 env RIG_CACHE_LOCK_STALL_S=3 $AS_YOLO {TRAIN} data=/tmp/d/data.yaml cache=ram name=held
+pkill -x sleep || true
+# The rest, each planted in turn at the path and the dataset built again as the trainer builds it.
+CASE kinds 300 $AS_YOLO python /probe/hostile_cache_probe.py /tmp/d/data.yaml
+# Root (RIG_USER=root) trains on the same images, where yolo's valid file of them lies (the probe's
+# last build) and yolo has linked KEY.lock to root's state folder. Root keeps its own cache: it
+# neither maps yolo's pixels nor creates the link's target.
+$AS_YOLO bash -c "rm -f /cache/images/$key.lock; ln -s /var/lib/rig/created-by-root /cache/images/$key.lock"
+mkdir -p /var/lib/rig
+CASE root 600 {TRAIN} data=/tmp/d/data.yaml cache=ram name=root
+CASE state-after-root 10 ls -A /var/lib/rig
+CASE lock-after-root 10 readlink /cache/images/$key.lock
+"""
+
+
+def test_the_node_image_cache_never_hangs_and_rebuilds_what_it_cannot_trust(containers: Containers) -> None:
+    found = cases(containers, CACHE, volumes={str(SCRIPTS): {"bind": "/probe", "mode": "ro"}})
+    first = found["first"]
+    assert first["rc"] == 0 and "decoded into /cache/images/" in first["out"], first["out"][-4000:]
+
+    fifo = found["fifo-cache"]
+    assert fifo["rc"] == 0, fifo["out"][-4000:]
+    warnings = [line for line in fifo["out"].splitlines() if line.startswith("WARNING imagecache")]
+    assert len(warnings) == 1, fifo["out"][-4000:]
+    assert "is a FIFO, not a regular file: not used; the images are cached again" in warnings[0], warnings
+    assert "INFO imagecache: 8 images" in fifo["out"] and "decoded into /cache/images/" in fifo["out"]
+
+    held = found["held-lock"]
+    assert held["rc"] == 0, held["out"][-4000:]
+    waiting = [line for line in held["out"].splitlines() if "waiting for /cache/images/" in line]
+    holder = r"by pid \d+ \(flock /cache/images/\w+\.lock sleep 900\)"
+    assert len(waiting) == 1 and re.search(holder, waiting[0]), held["out"][-4000:]
+    given_up = [line for line in held["out"].splitlines() if line.startswith("WARNING imagecache")]
+    assert len(given_up) == 1 and "with no progress for 3 s" in given_up[0], held["out"][-4000:]
+    assert "RIG_CACHE_LOCK_STALL_S" in given_up[0] and "flock /cache/images/" in given_up[0]
+
+    kinds = found["kinds"]
+    assert kinds["rc"] == 0, kinds["out"][-4000:]
+    probes = [json.loads(line[6:]) for line in kinds["out"].splitlines() if line.startswith("PROBE ")]
+    assert [p["kind"] for p in probes] == [
+        "symlink", "other-dataset", "wrong-shape", "wrong-dtype", "folder", "world-writable",
+    ]  # fmt: skip
+    assert all(p["mapped"] and p["same"] for p in probes), probes
+    rebuilt = [line for line in kinds["out"].splitlines() if line.startswith("WARNING imagecache")]
+    assert len(rebuilt) == len(probes) and all("the images are cached again" in w for w in rebuilt), rebuilt
+    assert "Traceback" not in kinds["out"]
+
+    root = found["root"]
+    assert root["rc"] == 0, root["out"][-4000:]
+    assert "decoded into /root/.cache/rig/images/" in root["out"], root["out"][-4000:]
+    assert found["state-after-root"]["out"] == "", found["state-after-root"]
+    assert found["lock-after-root"]["out"].strip() == "/var/lib/rig/created-by-root"  # left as it was
+
+
+# ---- /metrics -----------------------------------------------------------------------------------------
+@pytest.fixture
+def network(docker_client: Any) -> Iterator[Any]:
+    net = docker_client.networks.create(f"rig-test-{free_port()}")
+    try:
+        yield net
+    finally:
+        net.remove()
+
+
+def pids(container: Any) -> int:
+    return int(container.stats(stream=False)["pids_stats"]["current"])
+
+
+def test_metrics_answer_this_host_only_and_idle_clients_hold_no_threads(
+    containers: Containers, network: Any
+) -> None:
+    port = free_port()
+    demo = DEMO.format(dir="/tmp/d")
+    run = containers.run(
+        ["bash", "-c", f"{demo} && {TRAIN} epochs=500 data=/tmp/d/data.yaml"],
+        ports={"9464/tcp": ("127.0.0.1", port)},
+        network=network.name,
+        shm_size="1g",
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def serving() -> bool:
+        run.reload()
+        assert run.status == "running", run.logs().decode(errors="replace")[-3000:]
+        try:
+            return requests.get(url, timeout=10).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(serving, timeout=300, interval=1)  # the host, through the published port
+    # Another container on the same network: its connection is closed before anything is read.
+    ip = run.attrs["NetworkSettings"]["Networks"][network.name]["IPAddress"]
+    probe = (
+        "import urllib.request\n"
+        f"try:\n    print('HTTP', urllib.request.urlopen('http://{ip}:9464/metrics', timeout=20).status)\n"
+        "except Exception as e:\n    print('REFUSED', type(e).__name__)\n"
+    )
+    rc, out = containers.oneshot(["python", "-c", probe], network=network.name, timeout=120)
+    assert rc == 0 and "REFUSED" in out and "HTTP" not in out, out
+    # 300 idle connections that never finish their request, from the host.
+    before = pids(run)
+    idle = []
+    try:
+        for _ in range(300):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            idle.append(s)
+        time.sleep(2)
+        during = pids(run)
+        assert during <= before + 16, (before, during)
+        # Back where it was within 30 s, the connections still open.
+        wait_until(lambda: pids(run) <= before + 2, timeout=30, interval=1)
+        assert serving()
+    finally:
+        for s in idle:
+            s.close()
