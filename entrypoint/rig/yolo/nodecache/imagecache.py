@@ -250,7 +250,7 @@ def _fits(nbytes: int, shape: tuple[int, int, int], dtype: str) -> bool:
 
 def read_index(path: Path) -> Index | None:
     """The index of a finished cache file of this user's; None for anything else (partial, stale
-    format, missing, not a regular file of this user's: see open_checked)."""
+    format, missing, not a regular file of this user's: see buildlock.open_own)."""
     try:
         fd = buildlock.open_own(path)
     except (OSError, buildlock.Refused):
