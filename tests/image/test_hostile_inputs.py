@@ -48,20 +48,30 @@ TRAIN = (
 DEMO = "rig demo-data {dir} --train 8 --val 2 --imgsz 64 >/dev/null"
 
 
-def cases(containers: Containers, script: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
-    """Run script (after PRELUDE) as root in one container; its CASE lines by name."""
-    kwargs.setdefault("environment", {})["RIG_USER"] = "root"
-    rc, logs = containers.oneshot(
-        ["bash", "-c", PRELUDE + script], timeout=1500, network_mode="none", shm_size="1g", **kwargs
-    )
-    found = {}
+@pytest.fixture(scope="module")
+def found(docker_client: Any, image: str) -> Iterator[dict[str, dict[str, Any]]]:
+    """SCRIPT's cases, run once as root in one container (RIG_USER=root; yolo's steps through the
+    entrypoint's own drop), by name."""
+    containers = Containers(docker_client, image)
+    try:
+        rc, logs = containers.oneshot(
+            ["bash", "-c", PRELUDE + SCRIPT],
+            timeout=2400,
+            network_mode="none",
+            shm_size="1g",
+            environment={"RIG_USER": "root"},
+            volumes={str(SCRIPTS): {"bind": "/probe", "mode": "ro"}},
+        )
+    finally:
+        containers.cleanup()
+    cases = {}
     for line in logs.splitlines():
         if line.startswith("CASE "):
             case = json.loads(line[5:])
-            found[case["name"]] = case
+            cases[case["name"]] = case
             print(f"{case['name']}: exit {case['rc']} after {case['s']} s")  # shown with -s, or on failure
-    assert rc == 0 and found, logs[-6000:]
-    return found
+    assert rc == 0 and cases, logs[-6000:]
+    yield cases
 
 
 def errors(case: dict[str, Any]) -> list[str]:
@@ -77,13 +87,17 @@ def one_error_line(case: dict[str, Any], *fragments: str, within: float = 60) ->
     assert "Traceback" not in case["out"], case["out"][-3000:]
 
 
-# ---- inputs: data.yaml, its splits, its images and labels -------------------------------------------
-INPUTS = f"""
+def warnings(case: dict[str, Any], component: str) -> list[str]:
+    return [line for line in case["out"].splitlines() if line.startswith(f"WARNING {component}")]
+
+
+SCRIPT = f"""
 {DEMO.format(dir="/tmp/d")}
 chown -R yolo:yolo /tmp/d
+# ---- data.yaml and its splits: one line, exit 1, within seconds
 $AS_YOLO mkfifo /tmp/fifo.yaml
 $AS_YOLO python -c "open('/tmp/big.yaml', 'w').write('train: [' + '0,' * 50_000_000 + '0]\\n')"
-$AS_YOLO mkdir -p /tmp/e/images/train /tmp/e/val
+$AS_YOLO mkdir -p /tmp/e/images/train
 $AS_YOLO cp -r /tmp/d/images/val /tmp/e/images/
 $AS_YOLO mkfifo /tmp/e/train.txt /tmp/e/val.txt
 $AS_YOLO bash -c "cd /tmp/e && cp -r /tmp/d/images/train images/full
@@ -97,52 +111,20 @@ CASE train-fifo 120 $AS_YOLO {TRAIN} data=/tmp/e/train-fifo.yaml
 CASE val-fifo 120 $AS_YOLO {TRAIN} data=/tmp/e/val-fifo.yaml
 CASE doctor-fifo-yolo 120 $AS_YOLO rig doctor --data /tmp/fifo.yaml
 CASE doctor-fifo-root 120 rig doctor --data /tmp/fifo.yaml
-# A FIFO among the images, and one where an image's label file should be.
+# ---- a FIFO among the images, and one where an image's label file should be
 $AS_YOLO bash -c 'mkfifo /tmp/d/images/train/zz_fifo.jpg
   label=$(ls /tmp/d/labels/train | head -1); rm /tmp/d/labels/train/$label; mkfifo /tmp/d/labels/train/$label'
 CASE doctor-fifo-image-yolo 120 $AS_YOLO rig doctor --data /tmp/d/data.yaml
 CASE doctor-fifo-image-root 120 rig doctor --data /tmp/d/data.yaml
-CASE fifo-images 600 $AS_YOLO {TRAIN} data=/tmp/d/data.yaml
-"""
-
-
-def test_bad_inputs_are_one_error_line_or_skipped_never_a_hang(containers: Containers) -> None:
-    found = cases(containers, INPUTS)
-    one_error_line(found["fifo-yaml"], "/tmp/fifo.yaml: it is a FIFO, not a regular file")
-    # 100 MB of one list: refused before it is parsed (parsing took 150 s and 4.7 GB).
-    one_error_line(found["big-yaml"], "/tmp/big.yaml: it is larger than 1 MiB (100000011 bytes)", within=30)
-    one_error_line(found["empty-split"], "/tmp/e/empty.yaml: train: no images in /tmp/e/images/train")
-    one_error_line(found["train-fifo"], "train: /tmp/e/train.txt is a FIFO")
-    one_error_line(found["val-fifo"], "val: /tmp/e/val.txt is a FIFO")
-    # rig doctor, as yolo and as root: the dataset check fails with the reason (no GPU here: exit 1).
-    for who in ("yolo", "root"):
-        doctor = found[f"doctor-fifo-{who}"]
-        assert doctor["rc"] == 1 and doctor["s"] < 60, doctor
-        fifo = r"fail +dataset +/tmp/fifo.yaml: .*it is a FIFO, not a regular file"
-        assert re.search(fifo, doctor["out"]), doctor
-        sample = found[f"doctor-fifo-image-{who}"]
-        assert sample["rc"] in (0, 1) and sample["s"] < 60 and "Traceback" not in sample["out"], sample
-        assert re.search(r"\S+ +dataset +/tmp/d/data.yaml: 8 train images", sample["out"]), sample["out"]
-    # The run goes on: the FIFO image and the image with a FIFO label are skipped as corrupt images.
-    run = found["fifo-images"]
-    assert run["rc"] == 0, run["out"][-4000:]
-    assert "zz_fifo.jpg: ignoring corrupt image/label: it is a FIFO, not a regular file" in run["out"]
-    label = r"ignoring corrupt image/label: its label file \S+ is a FIFO, not a regular file"
-    assert re.search(label, run["out"]), run["out"][-4000:]
-    assert not errors(run), run["out"][-4000:]
-
-
-# ---- the node image cache ---------------------------------------------------------------------------
-CACHE = f"""
-{DEMO.format(dir="/tmp/d")}
-chown -R yolo:yolo /tmp/d
-# What a user may leave at the cache file's path, each planted in turn after a first build, and the
-# dataset built again as the trainer builds it (the probe's first build names the train set's file).
+# ---- the node image cache. What a user may leave at the cache file's path, each planted in turn
+# after a first build and the dataset built again as the trainer builds it (the probe's first
+# build names the train set's file).
 CASE kinds 300 $AS_YOLO python /probe/hostile_cache_probe.py /tmp/d/data.yaml
 key=$(grep -o '/cache/images/[0-9a-f]*.img' /tmp/case.kinds | head -1 | xargs basename | cut -d. -f1)
-# A FIFO at the cache file's path: it hung rig train, silently and past `timeout`.
+# A FIFO at the cache file's path (it hung rig train, silently and past `timeout`), trained on with
+# the FIFO image and label: skipped, rebuilt, the run goes on.
 $AS_YOLO bash -c "rm /cache/images/$key.img && mkfifo /cache/images/$key.img"
-CASE fifo-cache 400 $AS_YOLO {TRAIN} data=/tmp/d/data.yaml cache=ram name=fifo
+CASE fifo-run 600 $AS_YOLO {TRAIN} data=/tmp/d/data.yaml cache=ram name=fifo
 # Root (RIG_USER=root) trains on the same images, where yolo's valid file of them lies (the run
 # above rebuilt it) and yolo has linked KEY.lock to root's state folder. Root keeps its own cache:
 # it neither maps yolo's pixels nor creates the link's target.
@@ -160,25 +142,53 @@ pkill -x sleep || true
 """
 
 
-def test_the_node_image_cache_never_hangs_and_rebuilds_what_it_cannot_trust(containers: Containers) -> None:
-    found = cases(containers, CACHE, volumes={str(SCRIPTS): {"bind": "/probe", "mode": "ro"}})
+def test_bad_data_is_one_error_line_within_seconds(found: dict[str, dict[str, Any]]) -> None:
+    one_error_line(found["fifo-yaml"], "/tmp/fifo.yaml: it is a FIFO, not a regular file")
+    # 100 MB of one list: refused before it is parsed (parsing took 150 s and 4.7 GB).
+    one_error_line(found["big-yaml"], "/tmp/big.yaml: it is larger than 1 MiB (100000011 bytes)", within=30)
+    one_error_line(found["empty-split"], "/tmp/e/empty.yaml: train: no images in /tmp/e/images/train")
+    one_error_line(found["train-fifo"], "train: /tmp/e/train.txt is a FIFO")
+    one_error_line(found["val-fifo"], "val: /tmp/e/val.txt is a FIFO")
+    # rig doctor, as yolo and as root: the dataset check fails with the reason (no GPU here: exit 1).
+    for who in ("yolo", "root"):
+        doctor = found[f"doctor-fifo-{who}"]
+        assert doctor["rc"] == 1 and doctor["s"] < 60, doctor
+        fifo = r"fail +dataset +/tmp/fifo.yaml: .*it is a FIFO, not a regular file"
+        assert re.search(fifo, doctor["out"]), doctor
+        sample = found[f"doctor-fifo-image-{who}"]
+        assert sample["rc"] in (0, 1) and sample["s"] < 60 and "Traceback" not in sample["out"], sample
+        assert re.search(r"\S+ +dataset +/tmp/d/data.yaml: 8 train images", sample["out"]), sample["out"]
 
-    fifo = found["fifo-cache"]
-    assert fifo["rc"] == 0, fifo["out"][-4000:]
-    warnings = [line for line in fifo["out"].splitlines() if line.startswith("WARNING imagecache")]
-    assert len(warnings) == 1, fifo["out"][-4000:]
-    assert "is a FIFO, not a regular file: not used; the images are cached again" in warnings[0], warnings
-    assert "INFO imagecache: 8 images" in fifo["out"] and "decoded into /cache/images/" in fifo["out"]
 
+def test_fifo_images_labels_and_cache_file_are_skipped_and_the_run_goes_on(
+    found: dict[str, dict[str, Any]],
+) -> None:
+    run = found["fifo-run"]
+    assert run["rc"] == 0, run["out"][-4000:]
+    assert "zz_fifo.jpg: ignoring corrupt image/label: it is a FIFO, not a regular file" in run["out"]
+    label = r"ignoring corrupt image/label: its label file \S+ is a FIFO, not a regular file"
+    assert re.search(label, run["out"]), run["out"][-4000:]
+    rebuilt = warnings(run, "imagecache")
+    assert len(rebuilt) == 1, run["out"][-4000:]
+    assert "is a FIFO, not a regular file: not used; the images are cached again" in rebuilt[0], rebuilt
+    assert "INFO imagecache: 7 images" in run["out"] and "decoded into /cache/images/" in run["out"]
+    assert not errors(run), run["out"][-4000:]
+
+
+def test_a_held_cache_lock_is_waited_for_then_given_up_naming_its_holder(
+    found: dict[str, dict[str, Any]],
+) -> None:
     held = found["held-lock"]
     assert held["rc"] == 0, held["out"][-4000:]
     waiting = [line for line in held["out"].splitlines() if "waiting for /cache/images/" in line]
     holder = r"by pid \d+ \(flock /cache/images/\w+\.lock sleep 900\)"
     assert len(waiting) == 1 and re.search(holder, waiting[0]), held["out"][-4000:]
-    given_up = [line for line in held["out"].splitlines() if line.startswith("WARNING imagecache")]
+    given_up = warnings(held, "imagecache")
     assert len(given_up) == 1 and "with no progress for 3 s" in given_up[0], held["out"][-4000:]
     assert "RIG_CACHE_LOCK_STALL_S" in given_up[0] and "flock /cache/images/" in given_up[0]
 
+
+def test_what_else_is_planted_at_the_cache_path_is_rebuilt(found: dict[str, dict[str, Any]]) -> None:
     kinds = found["kinds"]
     assert kinds["rc"] == 0, kinds["out"][-4000:]
     probes = [json.loads(line[6:]) for line in kinds["out"].splitlines() if line.startswith("PROBE ")]
@@ -186,13 +196,16 @@ def test_the_node_image_cache_never_hangs_and_rebuilds_what_it_cannot_trust(cont
         "symlink", "other-dataset", "wrong-shape", "wrong-dtype", "folder", "world-writable",
     ]  # fmt: skip
     assert all(p["mapped"] and p["same"] for p in probes), probes
-    rebuilt = [line for line in kinds["out"].splitlines() if line.startswith("WARNING imagecache")]
+    rebuilt = warnings(kinds, "imagecache")
     assert len(rebuilt) == len(probes) and all("the images are cached again" in w for w in rebuilt), rebuilt
     assert "Traceback" not in kinds["out"]
 
+
+def test_root_keeps_its_own_cache(found: dict[str, dict[str, Any]]) -> None:
     root = found["root"]
     assert root["rc"] == 0, root["out"][-4000:]
     assert "decoded into /root/.cache/rig/images/" in root["out"], root["out"][-4000:]
+    assert "/cache/images/" not in root["out"].replace("/root/.cache/rig/images/", "")  # yolo's: not mapped
     assert "created-by-root" not in found["state-after-root"]["out"], found["state-after-root"]
     assert found["lock-after-root"]["out"].strip() == "/var/lib/rig/created-by-root"  # left as it was
 
