@@ -27,7 +27,7 @@ from rig.hardware.topology import Topology, read_topology
 from rig.launch import autoresume, binding, ddp, gpuenv, nodes, trainargs
 from rig.observe.metrics import config as metrics_config
 from rig.yolo import datasets, tuning, ultra
-from rig.yolo.nodecache import prepare
+from rig.yolo.nodecache import buildlock, prepare
 
 _logger = log.get("launch")
 
@@ -317,6 +317,7 @@ def node_of(devices: Devices, environ: Mapping[str, str]) -> nodes.NodeSpec:
             value="mps",
         )
     ddp.nccl_timeout(environ), ddp.stop_grace(environ), ddp.rendezvous_timeout(environ)
+    buildlock.stall_s(environ)
     return node
 
 

@@ -111,3 +111,19 @@ def test_open_lock_replaces_what_was_planted(tmp_path: Path) -> None:
         os.close(fd)
         assert stat.S_ISREG(os.lstat(path).st_mode) and not (tmp_path / "t").exists()
         path.unlink()
+
+
+def test_rig_train_with_a_bad_stall_limit_is_one_line_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rig import cli
+
+    monkeypatch.setenv(buildlock.STALL_ENV, "soon")
+    monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("launched"))
+    assert (
+        cli.main(["train", "device=cpu", "data=x.yaml", "model=m.yaml", f"project={tmp_path / 'runs'}"]) == 1
+    )
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("INFO")]
+    assert len(err) == 1 and err[0].startswith(f"ERROR rig: {buildlock.STALL_ENV}='soon': give the seconds")
+    assert err[0].endswith("a number >= 0 (default 60)"), err
+    assert not (tmp_path / "runs").exists()
