@@ -7,6 +7,10 @@ are resolved relative to an open directory (`dir_fd`), a file is read only when 
 open descriptor says it is a regular file of bounded size, and modes and owners are changed on
 the descriptor or with `AT_SYMLINK_NOFOLLOW`. A link, FIFO, device or oversized file where a file
 is expected becomes a `Skipped` with the reason, which callers log once and step over.
+
+A user's own inputs (a data yaml, an image, a token file) are read with `open_input`/`read_input`:
+links are followed, as the user meant them, but only a regular file is read, so a FIFO or a device
+never blocks the reader and a huge file is refused before it is read.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ class Skipped(Exception):
     """A path that is not what it should be (a link, a FIFO, a file for a folder, too large)."""
 
 
-def _kind(mode: int) -> str:
+def kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISLNK(mode):
@@ -47,10 +51,68 @@ def _kind(mode: int) -> str:
     return "a file"
 
 
+def not_regular(path: str | Path) -> str | None:
+    """What path is when it is not a regular file ('a FIFO', 'a folder', 'nothing'), links followed;
+    None for a regular file. A stat only: it never blocks on what it finds."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "nothing"
+    except OSError as e:  # a loop of links, a name too long, no permission on a folder
+        return f"unreadable ({e.strerror or e})"
+    return None if stat.S_ISREG(mode) else kind(mode)
+
+
+def open_input(path: str | Path) -> int:
+    """A blocking descriptor of the regular file at path (links followed); Skipped for anything else,
+    found on the open descriptor before any read can wait (O_NONBLOCK: a FIFO opens at once)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # ENXIO: a socket; ELOOP; EACCES
+        raise Skipped(f"it cannot be opened ({e.strerror or e})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise Skipped(f"it is {kind(mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_input(path: str | Path, max_bytes: int) -> bytes:
+    """The content of the regular file at path (links followed); Skipped for anything else or for a
+    file over max_bytes, which is refused before a byte of it is read."""
+    fd = open_input(path)
+    try:
+        return _read_bounded(fd, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def _too_large(max_bytes: int, size: int | None = None) -> Skipped:
+    limit = f"{max_bytes // (1 << 20)} MiB" if max_bytes >= 1 << 20 else f"{max_bytes} bytes"
+    return Skipped(f"it is larger than {limit}" + (f" ({size} bytes)" if size is not None else ""))
+
+
+def _read_bounded(fd: int, max_bytes: int) -> bytes:
+    size = os.fstat(fd).st_size
+    if size > max_bytes:
+        raise _too_large(max_bytes, size)
+    chunks = []
+    total = 0
+    while chunk := os.read(fd, _CHUNK):
+        total += len(chunk)
+        if total > max_bytes:  # it grew while being read
+            raise _too_large(max_bytes)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def describe(name: str, dir_fd: int) -> str:
     """What is at name, without following it: 'a symbolic link', 'a FIFO', ..."""
     try:
-        return _kind(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        return kind(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except FileNotFoundError:
         return "nothing"
 
@@ -93,18 +155,9 @@ def read_regular(name: str, dir_fd: int, max_bytes: int) -> bytes | None:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Skipped(f"it is {_kind(st.st_mode)}, not a regular file")
-        if st.st_size > max_bytes:
-            raise Skipped(f"it is larger than {max_bytes // (1 << 20)} MiB ({st.st_size} bytes)")
+            raise Skipped(f"it is {kind(st.st_mode)}, not a regular file")
         os.set_blocking(fd, True)
-        chunks = []
-        total = 0
-        while chunk := os.read(fd, _CHUNK):
-            total += len(chunk)
-            if total > max_bytes:  # it grew while being read
-                raise Skipped(f"it is larger than {max_bytes // (1 << 20)} MiB")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return _read_bounded(fd, max_bytes)
     finally:
         os.close(fd)
 

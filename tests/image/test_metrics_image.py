@@ -1,9 +1,11 @@
 """`rig train`'s /metrics in the built image, read by real clients: Debian's Prometheus 2.42 on the
-host's loopback scraping a CPU run every second, and `promtool check metrics` on a live scrape."""
+host's loopback scraping a CPU run every second with the run's bearer token (RIG_METRICS_TOKEN_FILE,
+Prometheus' `credentials_file`), and `promtool check metrics` on a live scrape."""
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -36,15 +38,17 @@ CPU_SERIES = {
 
 
 @contextlib.contextmanager
-def prometheus(tmp: Path, target: str) -> Iterator[str]:
-    """Debian's Prometheus on a free loopback port, scraping target every second; its API's URL."""
+def prometheus(tmp: Path, target: str, token_file: Path | None = None) -> Iterator[str]:
+    """Debian's Prometheus on a free loopback port, scraping target every second (sending the bearer
+    token in token_file, if given); its API's URL."""
     exe = shutil.which("prometheus")
     assert exe, "no prometheus on this host: .ci/provision.sh installs Debian's"
     port = free_port()
     config = tmp / "prometheus.yml"
+    auth = f"authorization: {{credentials_file: '{token_file}'}}, " if token_file else ""
     config.write_text(
         "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
-        f"scrape_configs: [{{job_name: rig, static_configs: [{{targets: ['{target}']}}]}}]\n"
+        f"scrape_configs: [{{job_name: rig, {auth}static_configs: [{{targets: ['{target}']}}]}}]\n"
     )
     log = (tmp / "prometheus.log").open("w")
     proc = subprocess.Popen(
@@ -78,8 +82,9 @@ def stored_names(url: str, match: str) -> set[str]:
     return {s["__name__"] for s in r.json()["data"]}
 
 
-def scrape(port: int) -> str:
-    r = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+def scrape(port: int, token: str = "") -> str:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    r = requests.get(f"http://127.0.0.1:{port}/metrics", headers=headers, timeout=10)
     r.raise_for_status()
     return r.text
 
@@ -99,12 +104,13 @@ def names(text: str) -> set[str]:
     return {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
-def start_run(containers: Containers, command: str, host_port: int, **env: str) -> Any:
+def start_run(containers: Containers, command: str, host_port: int, volumes: Any = None, **env: str) -> Any:
     return containers.run(
         ["bash", "-c", DEMO + command],
         ports={"9464/tcp": ("127.0.0.1", host_port)},
         shm_size="1g",
         environment=env,
+        volumes=volumes or {},
     )
 
 
@@ -128,15 +134,28 @@ def finish(container: Any, timeout: int = 600) -> tuple[int, str]:
 
 def test_a_cpu_run_is_scraped_by_prometheus(containers: Containers, tmp_path: Path) -> None:
     port = free_port()
-    with prometheus(tmp_path, f"127.0.0.1:{port}") as url:
-        c = start_run(containers, f"{TRAIN} epochs=3", port)
+    token = secrets.token_hex(16)
+    token_file = tmp_path / "metrics-token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o644)
+    with prometheus(tmp_path, f"127.0.0.1:{port}", token_file) as url:
+        c = start_run(
+            containers, f"{TRAIN} epochs=3", port,
+            volumes={str(token_file): {"bind": "/run/secrets/metrics-token", "mode": "ro"}},
+            RIG_METRICS_TOKEN_FILE="/run/secrets/metrics-token",
+        )  # fmt: skip
         # Live, once validation has run: every series a CPU run has, and promtool finds nothing.
-        text = wait_until(lambda: live(c, lambda: validated(scrape(port))), timeout=600, interval=0.5)
+        text = wait_until(lambda: live(c, lambda: validated(scrape(port, token))), timeout=600, interval=0.5)
         assert names(text) >= CPU_SERIES, CPU_SERIES - names(text)
         assert promtool(text) == ""
+        unauthorized = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+        assert unauthorized.status_code == 401 and "yolo_" not in unauthorized.text
         rc, logs = finish(c)
         assert rc == 0, logs[-3000:]
-        assert "INFO metrics: http://0.0.0.0:9464/metrics for this node's ranks (RIG_METRICS_PORT=0" in logs
+        assert (
+            "INFO metrics: http://0.0.0.0:9464/metrics for this node's ranks (RIG_METRICS_PORT=0 turns it "
+            "off), to requests with the bearer token of RIG_METRICS_TOKEN_FILE"
+        ) in logs
         assert not [line for line in logs.splitlines() if line.startswith(("WARNING metrics", "ERROR"))]
         # What Prometheus stored, through its HTTP API.
         assert stored_names(url, '{__name__=~"yolo_.*"}') >= CPU_SERIES

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+import secrets
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,9 +78,12 @@ def claims(docker_client: Any) -> Iterator[dict[str, str]]:
                 v.remove(force=True)
 
 
-def pod_mounts(job: Any, claims: dict[str, str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+def pod_mounts(
+    job: Any, claims: dict[str, str], secret_dir: Path
+) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """The pod's volumeMounts: claims as the shared volumes, emptyDir as the pod's own tmpfs (the
-    memory-backed /dev/shm is Docker's own, sized by the caller)."""
+    memory-backed /dev/shm is Docker's own, sized by the caller), a Secret as a read-only folder of
+    its keys (a generated token under secret_dir/NAME, as `kubectl create secret` would hold one)."""
     spec = job.spec.pytorch_replica_specs["Master"].template.spec
     volumes = {v.name: v for v in spec.volumes}
     binds: dict[str, dict[str, str]] = {}
@@ -89,14 +94,21 @@ def pod_mounts(job: Any, claims: dict[str, str]) -> tuple[dict[str, dict[str, st
             binds[claims[mount.name]] = {"bind": mount.mount_path, "mode": "rw"}
         elif volume.empty_dir is not None and mount.mount_path != "/dev/shm":
             tmpfs[mount.mount_path] = ""
+        elif volume.secret is not None:
+            folder = secret_dir / volume.secret.secret_name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "token").write_text(secrets.token_hex(32))
+            for p in (secret_dir, folder, folder / "token"):
+                p.chmod(0o755 if p.is_dir() else 0o644)
+            binds[str(folder)] = {"bind": mount.mount_path, "mode": "ro"}
     return binds, tmpfs
 
 
 def test_two_pods_train_together_as_the_operator_starts_them(
-    containers: Containers, network: Any, claims: dict[str, str]
+    containers: Containers, network: Any, claims: dict[str, str], tmp_path: Path
 ) -> None:
     job = pytorchjob.load()
-    binds, tmpfs = pod_mounts(job, claims)
+    binds, tmpfs = pod_mounts(job, claims, tmp_path / "secrets")
     c = pytorchjob.container(job)
     caps = list((c.security_context.capabilities.add or []) if c.security_context else [])
     rc, out = containers.oneshot(

@@ -32,7 +32,8 @@ def test_the_node_cache_fits_its_empty_dir() -> None:
     evicts the pod."""
     job = pytorchjob.load()
     spec = job.spec.pytorch_replica_specs["Master"].template.spec
-    mount = next(m for m in pytorchjob.container(job).volume_mounts if m.mount_path == "/cache")
+    # RIG_USER=root: root's caches live in its home (rig.yolo.nodecache.imagecache.ROOT_CACHE).
+    mount = next(m for m in pytorchjob.container(job).volume_mounts if m.mount_path == "/root/.cache")
     volume = next(v for v in spec.volumes if v.name == mount.name)
     limit = pytorchjob.parse_quantity(volume.empty_dir.size_limit)
     env = dict((e.name, e.value) for e in pytorchjob.container(job).env)

@@ -118,3 +118,27 @@ def test_reown_tree_walks_any_depth_and_counts_what_is_left(
     assert os.stat("last.pt").st_uid == 5
     os.chdir(tmp_path)
     subprocess.run(["rm", "-rf", "d"], check=True)  # shutil.rmtree (pytest's cleanup) recurses
+
+
+def test_read_input_follows_links_but_reads_only_a_bounded_regular_file(tmp_path: Path) -> None:
+    (tmp_path / "ok").write_bytes(b"data")
+    (tmp_path / "link").symlink_to(tmp_path / "ok")  # the user's own link: followed
+    (tmp_path / "big").write_bytes(b"x" * 2048)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    assert safefs.read_input(tmp_path / "link", 1024) == b"data"
+    assert safefs.not_regular(tmp_path / "link") is None
+    with pytest.raises(FileNotFoundError):
+        safefs.read_input(tmp_path / "absent", 1024)
+    for name, why in [
+        ("big", r"larger than 1024 bytes \(2048 bytes\)"),
+        ("fifo", "a FIFO"),
+        ("dir", "a folder"),
+    ]:
+        with pytest.raises(safefs.Skipped, match=why):
+            safefs.read_input(tmp_path / name, 1024)  # the FIFO: refused at once, no writer waited for
+    assert [safefs.not_regular(tmp_path / n) for n in ("fifo", "dir", "absent")] == [
+        "a FIFO",
+        "a folder",
+        "nothing",
+    ]

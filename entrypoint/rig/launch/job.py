@@ -149,9 +149,10 @@ def env_delta(user_environ: Mapping[str, str], environ: Mapping[str, str], threa
 
 
 def metrics_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """What `rig train` adds for the node's /metrics: its launcher serves them. A bad RIG_METRICS_PORT
-    is one line here, before anything runs."""
-    metrics_config.endpoint(environ)
+    """What `rig train` adds for the node's /metrics: its launcher serves them. A bad RIG_METRICS_PORT,
+    or an unreadable RIG_METRICS_TOKEN_FILE, is one line here, before anything runs."""
+    if metrics_config.endpoint(environ) is not None:
+        metrics_config.token(environ)
     return metrics_config.node_env()
 
 

@@ -30,8 +30,8 @@ from rig.errors import RigError
 from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.topology import Topology
 from rig.launch import autoresume, binding, ddp, job, nodes, rundir, trainargs
-from rig.yolo import tuning, ultra
-from rig.yolo.nodecache import prepare
+from rig.yolo import datasets, tuning, ultra
+from rig.yolo.nodecache import buildlock, prepare
 
 _logger = log.get("launch")
 
@@ -215,9 +215,10 @@ def device_arg(devices: Devices, ranks: Ranks) -> str:
 
 def check_node(node: Node) -> None:
     """Every variable a launch reads checked, before anything runs or waits."""
-    job.metrics_env(node.environ)  # a bad RIG_METRICS_PORT: one line, before anything runs
+    job.metrics_env(node.environ)  # a bad RIG_METRICS_PORT or token file: one line, before anything runs
     ddp.nccl_timeout(node.environ), ddp.stop_grace(node.environ), ddp.rendezvous_timeout(node.environ)
     ddp.checkpoint_every(node.environ)
+    buildlock.stall_s(node.environ)
     nodes.check_master(node.spec, node.master_addresses)
 
 
@@ -358,9 +359,15 @@ def reserve_run_dir(plan: Plan) -> Plan:
 
 def prepare_data(plan: Plan) -> Plan:
     """What runs once per node before any rank waits on another: the dataset check (and any download),
-    the label scan and the node image cache (rig.yolo.nodecache.prepare)."""
+    the label scan and the node image cache (rig.yolo.nodecache.prepare). rig's reading of data=
+    (rig.yolo.datasets.check) comes first: what would block Ultralytics' reader (a FIFO), take
+    minutes to parse, or fail only inside the trainer (an empty split) is one line here."""
     data = plan.args.get("data")
     if data:
+        try:
+            datasets.check(data, ultra.datasets_dir())
+        except datasets.DatasetError as e:
+            raise RigError(str(e)) from None
         try:
             ultra.check_dataset(data, plan.task)
         except Exception as e:

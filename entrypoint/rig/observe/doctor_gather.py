@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rig import paths, versions
+from rig import paths, safefs, versions
 from rig.errors import RigError
 from rig.hardware import choice
 from rig.hardware.nvml import describe_error, session
@@ -207,6 +207,7 @@ def train_images(path: Path, datasets_dir: Path) -> list[Path]:
     Raises DatasetError."""
     if path.is_dir():
         return datasets.images_in(path)
+    datasets.check(str(path), datasets_dir)  # what `rig train` refuses, said the same way
     spec = datasets.load(path, datasets_dir)
     missing = spec.missing_train()
     if missing is not None:
@@ -222,11 +223,12 @@ def read_sample(images: list[Path]) -> tuple[int, int, float, tuple[str, ...]]:
     start = time.perf_counter()
     for p in sample:
         try:
-            with p.open("rb", buffering=0) as f:
+            # Opened without blocking: a FIFO swapped in since the listing is unreadable, not a hang.
+            with open(safefs.open_input(p), "rb", buffering=0) as f:
                 while chunk := f.read(1 << 20):
                     size += len(chunk)
             n += 1
-        except OSError:
+        except (OSError, safefs.Skipped):
             bad.append(str(p))
         if size >= SAMPLE_BYTES or time.perf_counter() - start > SAMPLE_SECONDS:
             break

@@ -11,21 +11,33 @@ are its own `IMG_FORMATS`.
 Datasets move between machines, so one rule is added to Ultralytics' for the root: an absolute
 `path:` that does not exist, where the yaml's own folder holds the train and val splits, is that
 folder (`moved_from` keeps the path as written; `portable` gives Ultralytics a copy that says so).
+
+What Ultralytics would only meet inside the trainer, or block on, is refused here in one line
+(`check`): a yaml, split entry or list file that is not a regular file or folder (a FIFO blocks
+its reader), a yaml over MAX_YAML_BYTES (parsing a 100 MB list takes minutes and gigabytes), a
+split without images. An image that is no regular file is no image: see rig.yolo.ultra's
+`screened_files` for Ultralytics' own scan.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from rig import safefs
 from rig.yolo import ultra
 
 SPLITS = ("train", "val", "test", "minival")  # the keys Ultralytics resolves under the root
 MOVABLE_SPLITS = ("train", "val")  # what the yaml's folder must hold to stand in for a missing path:
+CHECKED_SPLITS = ("train", "val")  # what every training run reads
+# Ultralytics' largest dataset yamls (Open Images V7, Objects365) are about 40 KB; a yaml names
+# folders and list files, never the images themselves.
+MAX_YAML_BYTES = 1 << 20
+MAX_LIST_BYTES = 1 << 30  # a list file of a few million image paths
 
 
 class DatasetError(ValueError):
@@ -121,14 +133,27 @@ def split_paths(root: Path, entry: object) -> tuple[Path, ...]:
 
 
 def read_spec(yaml_file: Path) -> dict[str, object]:
-    """The yaml's mapping; DatasetError when it is unreadable or not a mapping."""
+    """The yaml's mapping; DatasetError when it is unreadable, not a regular file (checked before
+    anything can block on it), over MAX_YAML_BYTES (before it is parsed) or not a mapping."""
     try:
-        spec = yaml.safe_load(yaml_file.read_text())
+        text = safefs.read_input(yaml_file, MAX_YAML_BYTES).decode()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{yaml_file} is unreadable: {e}".replace("\n", " ")) from None
+    except safefs.Skipped as e:
+        raise DatasetError(f"{yaml_file}: {e}: {_YAML_HOW}") from None
+    try:
+        spec = yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise DatasetError(f"{yaml_file} is unreadable: {e}".replace("\n", " ")) from None
     if not isinstance(spec, dict):
         raise DatasetError(f"{yaml_file} is not a dataset yaml (no mapping of train:, val:, names:)")
     return spec
+
+
+_YAML_HOW = (
+    f"data= names a dataset yaml, a regular file of at most {MAX_YAML_BYTES >> 20} MiB that names "
+    "the image folders (or .txt lists of images, one path per line)"
+)
 
 
 def load(yaml_file: Path, datasets_dir: Path) -> DataYaml:
@@ -157,20 +182,25 @@ def resolve(spec: Mapping[str, object], yaml_file: Path, datasets_dir: Path) -> 
 
 
 def images_in(entry: Path) -> list[Path]:
-    """The images of one split entry, as Ultralytics lists them: a folder's, recursively; a file's
-    lines (a line starting with ./ is relative to the file's folder); [] when there is nothing."""
+    """The images of one split entry, as Ultralytics lists them: a folder's files, recursively,
+    except what is there but is no file (a FIFO or a device named x.jpg: its reader would block); a
+    list file's lines (a line starting with ./ is relative to the file's folder); [] when there is
+    nothing."""
+    return sorted(_images(entry))
+
+
+def _images(entry: Path) -> Iterator[Path]:
     if entry.is_dir():
-        found = [p for p in entry.rglob("*.*") if not p.is_dir()]
-    elif entry.is_file():
-        try:
-            lines = entry.read_text(encoding="utf-8-sig").strip().splitlines()
-        except (OSError, UnicodeDecodeError):
-            return []
-        parent = str(entry.parent) + os.sep
-        found = [Path(s.replace("./", parent, 1) if s.startswith("./") else s) for s in lines]
-    else:
-        return []
-    return sorted(p for p in found if is_image(p))
+        return (p for p in entry.rglob("*.*") if is_image(p) and (p.is_file() or not p.exists()))
+    if not entry.is_file():
+        return iter(())
+    try:
+        lines = safefs.read_input(entry, MAX_LIST_BYTES).decode("utf-8-sig").strip().splitlines()
+    except (OSError, UnicodeDecodeError, safefs.Skipped):
+        return iter(())
+    parent = str(entry.parent) + os.sep
+    found = (Path(s.replace("./", parent, 1) if s.startswith("./") else s) for s in lines)
+    return (p for p in found if is_image(p))
 
 
 def train_images(data: DataYaml) -> list[Path]:
@@ -186,3 +216,35 @@ def count_train_images(data: str, datasets_dir: Path) -> int | None:
         return len(train_images(load(path, datasets_dir))) or None
     except DatasetError:
         return None
+
+
+def check(data: str, datasets_dir: Path) -> None:
+    """DatasetError for a data= that would block a reader or fail inside the trainer (see the
+    module's docstring); what does not exist yet is left to Ultralytics (it downloads, or says so).
+    A folder (a classification dataset) is Ultralytics' to check."""
+    path = locate(data, datasets_dir)
+    if path is None or path.is_dir():
+        return
+    spec = read_spec(path)
+    if not spec.get("train"):
+        raise DatasetError(f"{path} has no 'train:' entry")
+    root = dataset_root(spec, path, datasets_dir).path
+    for split in CHECKED_SPLITS:
+        if spec.get(split):
+            _check_split(path, split, split_paths(root, spec[split]))
+
+
+def _check_split(yaml_file: Path, split: str, entries: tuple[Path, ...]) -> None:
+    for entry in entries:
+        what = safefs.not_regular(entry)
+        if what not in (None, "nothing", "a folder"):
+            raise DatasetError(
+                f"{yaml_file}: {split}: {entry} is {what}: a split is a folder of images or a text "
+                "file listing them, one path per line"
+            )
+    if all(e.exists() for e in entries) and next((i for e in entries for i in _images(e)), None) is None:
+        where = ", ".join(str(e) for e in entries)
+        raise DatasetError(
+            f"{yaml_file}: {split}: no images in {where} (files ending in "
+            f".{', .'.join(sorted(ultra.image_formats()))})"
+        )

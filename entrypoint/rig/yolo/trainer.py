@@ -139,8 +139,14 @@ def trainer_class(base: type, rank: Rank) -> type:
         def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:
             # cache=ram: one decoded copy per node, mapped by every rank (rig.yolo.nodecache.cached_dataset).
             # Training: colour and layout left to preprocess_batch, on the device (rig.yolo.device_augment);
-            # each sample's draws seeded from its epoch and index (rig.yolo.draws).
-            with cached_dataset.in_use(self.args), device_augment.in_use(mode), draws.in_use(mode):
+            # each sample's draws seeded from its epoch and index (rig.yolo.draws). A FIFO among the
+            # images is a corrupt image, not a hang (rig.yolo.ultra.screened_files).
+            with (
+                cached_dataset.in_use(self.args),
+                device_augment.in_use(mode),
+                draws.in_use(mode),
+                ultra.screened_files(),
+            ):
                 return super().build_dataset(img_path, mode, batch)
 
         def get_dataloader(self, *args: Any, **kwargs: Any) -> Any:

@@ -15,11 +15,11 @@ import importlib
 import importlib.util
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rig import paths
+from rig import paths, safefs
 from rig.yolo import settings
 
 PACKAGE = "ultralytics"
@@ -122,6 +122,94 @@ def check_dataset(data: str, task: str = "detect") -> dict[str, Any] | None:
     return (utils.check_cls_dataset if task == "classify" else utils.check_det_dataset)(data)  # type: ignore[no-any-return]
 
 
+@contextlib.contextmanager
+def screened_files() -> Iterator[None]:
+    """While Ultralytics builds datasets: an image or label file that is not a regular file is a
+    corrupt image to its label scan, skipped with its own "ignoring corrupt image/label" line. Its
+    readers would block on a FIFO for good, in a pool thread that a stop signal cannot end; its
+    read-speed sample and its label cache (`labels.cache`) step over one too."""
+    utils, dataset, base = module("data.utils"), module("data.dataset"), module("data.base")
+    replaced = {
+        (dataset, "verify_image_label"): _screened_label_check(utils.verify_image_label),
+        (dataset, "verify_image"): _screened_image_check(utils.verify_image),
+        (dataset, "load_dataset_cache_file"): _screened_cache_load(utils.load_dataset_cache_file),
+        (dataset, "check_file_speeds"): _screened_speeds(utils.check_file_speeds),
+        (base, "check_file_speeds"): _screened_speeds(utils.check_file_speeds),
+    }
+    kept = {(mod, name): getattr(mod, name) for mod, name in replaced}
+    for (mod, name), value in replaced.items():
+        setattr(mod, name, value)
+    try:
+        yield
+    finally:
+        for (mod, name), value in kept.items():
+            setattr(mod, name, value)
+
+
+def _corrupt(prefix: str, im_file: str, why: str) -> str:
+    return f"{prefix}{im_file}: ignoring corrupt image/label: {why}"  # Ultralytics' own words
+
+
+def _screened_label_check(check: Callable[[tuple[Any, ...]], Any]) -> Callable[[tuple[Any, ...]], Any]:
+    def screened(args: tuple[Any, ...]) -> Any:
+        im_file, lb_file, prefix = args[0], args[1], args[2]
+        image = safefs.not_regular(im_file)
+        if image is not None and image != "nothing":  # a missing image: Ultralytics' own message
+            return [None] * 5 + [0, 0, 0, 1, _corrupt(prefix, im_file, f"it is {image}, not a regular file")]
+        label = safefs.not_regular(lb_file)
+        if label not in (None, "nothing"):  # Ultralytics would take it for a missing label: a background
+            why = f"its label file {lb_file} is {label}, not a regular file"
+            return [None] * 5 + [0, 0, 0, 1, _corrupt(prefix, im_file, why)]
+        return check(args)
+
+    return screened
+
+
+def _screened_image_check(check: Callable[[tuple[Any, ...]], Any]) -> Callable[[tuple[Any, ...]], Any]:
+    def screened(args: tuple[Any, ...]) -> Any:
+        (im_file, cls), prefix = args
+        what = safefs.not_regular(im_file)
+        if what is not None and what != "nothing":
+            return (im_file, cls), 0, 1, _corrupt(prefix, im_file, f"it is {what}, not a regular file")
+        return check(args)
+
+    return screened
+
+
+def _screened_cache_load(load: Callable[[Path], Any]) -> Callable[[Path], Any]:
+    def screened(path: Path) -> Any:
+        if safefs.not_regular(path) is not None:  # Ultralytics scans again, and replaces it
+            raise FileNotFoundError(f"{path} is not a regular file")
+        return load(path)
+
+    return screened
+
+
+class _RegularOrNothing(Sequence[str]):
+    """files, where one that is not a regular file reads as "" (no such file, skipped by the check).
+    Checked only where indexed: the check samples a few of the files, and a Sequence of the same
+    length makes `random.sample` draw exactly what it draws from the list."""
+
+    def __init__(self, files: Sequence[Any]) -> None:
+        self.files = files
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        f = self.files[i]
+        return f if safefs.not_regular(f) is None else ""
+
+
+def _screened_speeds(check: Callable[..., Any]) -> Callable[..., Any]:
+    def screened(files: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+        return check(_RegularOrNothing(files), *args, **kwargs)
+
+    return screened
+
+
 # Its classes and builders, for the modules that train or measure with them.
 
 
@@ -135,7 +223,8 @@ def get_cfg(overrides: Mapping[str, Any]) -> Any:
 
 
 def build_yolo_dataset(cfg: Any, img_path: str, batch: int, data: Mapping[str, Any], **kwargs: Any) -> Any:
-    return module("data").build_yolo_dataset(cfg, img_path, batch, data, **kwargs)
+    with screened_files():
+        return module("data").build_yolo_dataset(cfg, img_path, batch, data, **kwargs)
 
 
 def build_dataloader(dataset: Any, batch: int, workers: int, **kwargs: Any) -> Any:

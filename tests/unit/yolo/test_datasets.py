@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rig.observe import doctor_gather
@@ -137,3 +140,107 @@ def test_absolute_split_entries_keep_a_missing_path_as_ultralytics_reads_it(tmp_
     yaml_file.write_text(f"path: /gone\ntrain: {tmp_path}/real/images/train\n")
     data = datasets.load(yaml_file, tmp_path)
     assert (data.root, data.moved_from, len(datasets.train_images(data))) == (Path("/gone"), None, 2)
+
+
+# ------------------------------------------------------------------- inputs that would hang or flood
+def bounded(fn: Any, seconds: float = 20) -> Any:
+    """fn's result (or its exception), failing the test instead of hanging when fn blocks."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the test
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"blocked for more than {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _yaml(root: Path, train: str, val: str = "images/train") -> Path:
+    (root / "bad.yaml").write_text(f"path: {root}\ntrain: {train}\nval: {val}\nnames: {{0: a}}\n")
+    return root / "bad.yaml"
+
+
+@pytest.mark.parametrize(
+    ("plant", "message"),
+    [
+        (
+            "fifo-yaml",
+            "data.yaml: it is a FIFO, not a regular file: data= names a dataset yaml, a regular file",
+        ),
+        ("big-yaml", "data.yaml: it is larger than 1 MiB (2000011 bytes)"),
+        ("folder-yaml", None),  # a folder: a classification dataset, Ultralytics' to check
+        (
+            "train-fifo",
+            "bad.yaml: train: {root}/train.txt is a FIFO: a split is a folder of images or a text",
+        ),
+        ("val-fifo", "bad.yaml: val: {root}/val.txt is a FIFO"),
+        ("empty-train", "bad.yaml: train: no images in {root}/images/empty (files ending in .avif, .bmp"),
+        ("empty-val", "bad.yaml: val: no images in {root}/images/empty"),
+        ("missing-train", None),  # not there yet: Ultralytics downloads it, or says so
+        ("fine", None),
+    ],
+)
+def test_check_refuses_what_would_block_or_fail_in_the_trainer(
+    tmp_path: Path, plant: str, message: str | None
+) -> None:
+    root = tmp_path / "ds"
+    data = make_dataset(root, 3)
+    (root / "images/empty").mkdir()
+    (root / "images/empty/notes.md").write_text("no image")
+    if plant == "fifo-yaml":
+        data.unlink()
+        os.mkfifo(data)
+    elif plant == "big-yaml":
+        data.write_text("train: [" + "0," * 1_000_000 + "0]\n")
+    elif plant == "folder-yaml":
+        data = root
+    elif plant in ("train-fifo", "val-fifo"):
+        os.mkfifo(root / f"{plant[:-5]}.txt")
+        data = _yaml(root, "train.txt") if plant == "train-fifo" else _yaml(root, "images/train", "val.txt")
+    elif plant in ("empty-train", "empty-val"):
+        data = (
+            _yaml(root, "images/empty")
+            if plant == "empty-train"
+            else _yaml(root, "images/train", "images/empty")
+        )
+    elif plant == "missing-train":
+        data = _yaml(root, "images/nowhere")
+    if message is None:
+        bounded(lambda: datasets.check(str(data), tmp_path))
+        return
+    with pytest.raises(datasets.DatasetError) as e:
+        bounded(lambda: datasets.check(str(data), tmp_path))
+    assert message.format(root=root) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_fifo_named_like_an_image_is_no_image(tmp_path: Path) -> None:
+    data = make_dataset(tmp_path / "ds", 3)
+    os.mkfifo(tmp_path / "ds/images/train/zz.jpg")
+    (tmp_path / "ds/images/train/gone.jpg").symlink_to(tmp_path / "nowhere.jpg")  # listed: Ultralytics says
+    assert datasets.count_train_images(str(data), tmp_path) == 4
+    facts = bounded(
+        lambda: doctor_gather.gather_dataset(str(data), tmp_path, batch=16, imgsz=64, nranks=1, rank_cpus=1)
+    )
+    assert facts.images == 4 and facts.unreadable == (str(tmp_path / "ds/images/train/gone.jpg"),)
+
+
+def test_rig_train_refuses_a_fifo_yaml_before_making_the_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rig import cli
+
+    os.mkfifo(tmp_path / "data.yaml")
+    runs = tmp_path / "runs"
+    monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("launched"))
+    argv = ["train", "device=cpu", f"data={tmp_path / 'data.yaml'}", "model=m.yaml", f"project={runs}"]
+    assert bounded(lambda: cli.main(argv)) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("INFO")]
+    assert len(err) == 1 and err[0].startswith(f"ERROR rig: {tmp_path / 'data.yaml'}: it is a FIFO"), err
+    assert not runs.exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rig import flags
+from rig import flags, safefs
 from rig.errors import RigError
 
 ADDR_ENV = "RIG_METRICS_ADDR"
@@ -18,6 +18,11 @@ NODE_ENV = "RIG_METRICS_NODE"
 # prometheus-client's own: where each process of the node writes its values (multiprocess mode).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 DIR_ENV = "RIG_METRICS_DIR"  # the same directory, set only by a server that is up
+# A file holding the bearer token every request must send (rig.observe.metrics.access); unset: the
+# server answers this host only.
+TOKEN_FILE_ENV = "RIG_METRICS_TOKEN_FILE"
+MIN_TOKEN_CHARS = 16  # as the Jupyter token
+_MAX_TOKEN_FILE = 4096
 
 
 @dataclass(frozen=True)
@@ -69,3 +74,21 @@ def publish_dir(environ: Mapping[str, str]) -> str | None:
     someone else's), else None."""
     directory = environ.get(DIR_ENV)
     return directory if directory and environ.get(MULTIPROC_ENV) == directory else None
+
+
+def token(environ: Mapping[str, str]) -> str | None:
+    """The bearer token in RIG_METRICS_TOKEN_FILE (its one line, trimmed); None when unset. RigError
+    for a file that cannot be read or a token that is too short to keep anyone out."""
+    path = environ.get(TOKEN_FILE_ENV, "").strip()
+    if not path:
+        return None
+    how = f"put a token of {MIN_TOKEN_CHARS} characters or more in it (e.g. `openssl rand -hex 32`)"
+    try:
+        raw = safefs.read_input(path, _MAX_TOKEN_FILE).decode().strip()
+    except (OSError, UnicodeDecodeError, safefs.Skipped) as e:
+        why = getattr(e, "strerror", None) or e
+        where = f"{TOKEN_FILE_ENV}={path}"
+        raise RigError(f"{where}: cannot be read ({why}); {how}, readable by the run") from None
+    if len(raw) < MIN_TOKEN_CHARS or any(c.isspace() for c in raw):
+        raise RigError(f"{TOKEN_FILE_ENV}={path}: not a usable token; {how}, on one line")
+    return raw

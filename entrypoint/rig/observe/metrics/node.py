@@ -1,8 +1,10 @@
 """The node's /metrics server: one per node, reading what every rank of the node writes.
 
 `serve_node` creates the ranks' directory (private, in the temporary directory), hands it to the
-ranks through the environment they inherit, serves the directory's values plus the GPU gauges, and
-`close` removes it all. A port that cannot be bound costs one WARNING: the run goes on unobserved.
+ranks through the environment they inherit, serves the directory's values plus the GPU gauges
+(rig.observe.metrics.server: bounded threads and time, to this host or to a bearer token only), and
+`close` removes it all. A port that cannot be bound, or a token file gone unreadable since the
+launch checked it, costs one WARNING: the run goes on unobserved.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from rig import log
-from rig.observe.metrics import config
+from rig.errors import RigError
+from rig.observe.metrics import access, config, server
 from rig.observe.metrics.gpus import GpuCollector
 
 LOG = log.get("metrics")
@@ -54,6 +57,11 @@ def serve_node(
     if endpoint is None:
         return None
     log.setup()  # torchrun's launcher has not set rig's log lines up
+    try:
+        who = access.Access(config.token(environ), access.gateways())
+    except RigError as e:
+        LOG.warning("/metrics not served: %s; the run goes on without it", e)
+        return None
     directory = tempfile.mkdtemp(prefix="rig-metrics-")  # 0700, a fresh name: no other process's files
     # Before prometheus-client is imported: it picks file-backed values once, from this variable, and
     # a trainer alone on the CPU publishes from this very process.
@@ -66,7 +74,7 @@ def serve_node(
     if gpus is not None:
         registry.register(gpus)
     try:
-        server, _thread = client.start_http_server(endpoint.port, endpoint.addr, registry=registry)
+        http = server.serve(endpoint.addr, endpoint.port, client.make_wsgi_app(registry), who)
     except OSError as e:  # the port is taken, the address is not this host's...
         if gpus is not None:
             gpus.close()
@@ -82,11 +90,14 @@ def serve_node(
             config.PORT_ENV,
         )
         return None
-    node = NodeServer(endpoint, directory, server, gpus)
+    node = NodeServer(endpoint, directory, http, gpus)
     LOG.info(
-        "%s for this node's ranks%s (%s=0 turns it off)",
+        "%s for this node's ranks%s (%s=0 turns it off), %s",
         config.Endpoint(endpoint.addr, node.port).url(),
         f", {gpus.count} GPU(s)" if gpus is not None else "",
         config.PORT_ENV,
+        f"to requests with the bearer token of {config.TOKEN_FILE_ENV}"
+        if who.token is not None
+        else f"to this host only ({config.TOKEN_FILE_ENV} opens it to a bearer token)",
     )
     return node

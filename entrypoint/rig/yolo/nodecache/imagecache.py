@@ -18,6 +18,17 @@ Build protocol: an existing valid file is mapped at once. Otherwise the first pr
 flock on `KEY.lock`, builds into `KEY.PID.tmp` and renames it to `KEY.img`; the others wait on the
 lock, then find the file. A build killed half-way leaves only a `.tmp`, which is never read and is
 removed by the next build of that key (or by pruning once it has not changed for TMP_STALE_S).
+Waiting never hangs (rig.yolo.nodecache.buildlock): it goes on while the holder's `.tmp` grows,
+says once who holds the lock, and gives the cache up (Unavailable) after RIG_CACHE_LOCK_STALL_S
+without progress.
+
+Trust: the cache decides what every rank trains on, so a file is mapped only when it is a regular
+file of this user's that nobody else may write, opened without following a link or blocking (a
+FIFO), whose index fits its own bytes (each image's size is its shape times a plain numeric dtype)
+and names exactly the dataset's images. Anything else at `KEY.img` (a link, a FIFO, a folder,
+another user's or another dataset's file, a broken index) is removed by the builder, with one
+WARNING, and built again. Root (RIG_USER=root) keeps its own cache under /root/.cache/rig, never in
+a user volume, as it does torch.compile's caches.
 
 In use: every process that maps `KEY.img` holds a shared flock on it for as long as it may map it
 (loader workers forked later, at close_mosaic, open it again by path), and pruning deletes a file
@@ -40,6 +51,8 @@ import json
 import math
 import mmap
 import os
+import re
+import stat
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,9 +61,10 @@ from multiprocessing.pool import ThreadPool
 from pathlib import Path
 from typing import Any
 
-from rig import flags, paths
+from rig import flags, log, paths
 from rig.errors import RigError
 from rig.hardware import topology
+from rig.yolo.nodecache import buildlock
 
 MAGIC = b"RIGIMG\x00\x01"
 VERSION = 1
@@ -67,6 +81,12 @@ DEFAULT_MAX_AGE_DAYS = 30.0
 FREE_RESERVE = 1 << 30  # never fill the cache file system to the last GiB
 GIB = 1 << 30
 SWITCH = "RIG_IMAGE_CACHE"  # off: Ultralytics' own cache=ram, a copy per rank
+ROOT_CACHE = Path("/root/.cache/rig")  # root's own, where RIG_CACHE_DIR is a user volume
+# numpy dtype strings a decoded image may have: little-endian (or one-byte) unsigned, signed or
+# float numbers. Never an object dtype: a view of file bytes as Python objects is a crash.
+_DTYPE = re.compile(r"(\|[ui]1|<[uif](2|4|8))")
+
+_logger = log.get("imagecache")
 
 
 class Unavailable(Exception):
@@ -81,8 +101,14 @@ def enabled(environ: Mapping[str, str]) -> bool:
     return flags.switched_on(environ, SWITCH)
 
 
-def cache_dir(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get(CACHE_DIR_ENV) or paths.CACHE) / SUBDIR
+def cache_dir(environ: Mapping[str, str], euid: int | None = None) -> Path:
+    """RIG_CACHE_DIR's images folder; root's own (ROOT_CACHE) where that is a user volume: root
+    never maps pixels, nor creates files, where a user can write."""
+    base = Path(environ.get(CACHE_DIR_ENV) or paths.CACHE)
+    root = (os.geteuid() if euid is None else euid) == 0
+    if root and any(base.is_relative_to(v) for v in paths.USER_VOLUMES):
+        base = ROOT_CACHE
+    return base / SUBDIR
 
 
 def max_bytes(environ: Mapping[str, str], fs_total: int) -> int:
@@ -201,10 +227,11 @@ def unpack(header: bytes, index_bytes: Callable[[int, int], bytes], file_size: i
         return None
     records = []
     for i in range(count):
-        off, nbytes, h, w, c, dtype, h0, w0 = RECORD.unpack_from(raw, i * RECORD.size)
-        if off < DATA_OFFSET or off + nbytes > index_offset:
+        off, nbytes, h, w, c, raw_dtype, h0, w0 = RECORD.unpack_from(raw, i * RECORD.size)
+        dtype = raw_dtype.rstrip(b"\0").decode()
+        if off < DATA_OFFSET or off + nbytes > index_offset or not _fits(nbytes, (h, w, c), dtype):
             return None
-        records.append(Record(off, nbytes, (h, w, c), dtype.rstrip(b"\0").decode(), (h0, w0)))
+        records.append(Record(off, nbytes, (h, w, c), dtype, (h0, w0)))
     try:
         names = json.loads(raw[count * RECORD.size :])
     except ValueError:
@@ -214,20 +241,37 @@ def unpack(header: bytes, index_bytes: Callable[[int, int], bytes], file_size: i
     return Index(tuple(records), tuple(str(n) for n in names))
 
 
+def _fits(nbytes: int, shape: tuple[int, int, int], dtype: str) -> bool:
+    """Whether an image's bytes are its shape in a plain numeric dtype (see _DTYPE)."""
+    if not _DTYPE.fullmatch(dtype) or min(shape) < 1:
+        return False
+    return nbytes == math.prod(shape) * int(dtype[2:])
+
+
 def read_index(path: Path) -> Index | None:
-    """The index of a finished cache file; None for anything else (partial, stale format, missing)."""
+    """The index of a finished cache file of this user's; None for anything else (partial, stale
+    format, missing, not a regular file of this user's: see buildlock.open_own)."""
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        fd = buildlock.open_own(path)
+    except (OSError, buildlock.Refused):
+        return None
+    try:
+        return _read_index(fd)
+    finally:
+        os.close(fd)
 
-            def at(offset: int, n: int) -> bytes:
-                # We write the index in full: a hole in it (a sparse file) is no index of ours.
-                if n and os.lseek(f.fileno(), offset, os.SEEK_HOLE) < offset + n:
-                    return b""
-                f.seek(offset)
-                return f.read(n)
 
-            return unpack(f.read(HEADER.size), at, size)
+def _read_index(fd: int) -> Index | None:
+    size = os.fstat(fd).st_size
+
+    def at(offset: int, n: int) -> bytes:
+        # We write the index in full: a hole in it (a sparse file) is no index of ours.
+        if n and os.lseek(fd, offset, os.SEEK_HOLE) < offset + n:
+            return b""
+        return os.pread(fd, n, offset)
+
+    try:
+        return unpack(os.pread(fd, HEADER.size, 0), at, size)
     except (OSError, struct.error, UnicodeDecodeError):
         return None
 
@@ -265,8 +309,9 @@ def entries(directory: Path) -> list[Entry]:
     out = []
     for p in directory.glob(f"*{SUFFIX}"):
         with contextlib.suppress(OSError):
-            st = p.stat()
-            out.append(Entry(p.name, st.st_blocks * 512, st.st_mtime))
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode):
+                out.append(Entry(p.name, st.st_blocks * 512, st.st_mtime))
     return out
 
 
@@ -293,7 +338,7 @@ def _unlink_unless_in_use(path: Path) -> bool:
     """Delete path unless a process holds it (rig.yolo.nodecache.imagecache.hold): the exclusive lock is held
     across the unlink, so nobody can start holding it in between. True: deleted."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
@@ -306,25 +351,20 @@ def _unlink_unless_in_use(path: Path) -> bool:
         os.close(fd)
 
 
-def hold(path: Path) -> int | None:
-    """An open descriptor of path with a shared flock, which keeps prune from deleting it while the
-    descriptor (or a forked copy) is open; None when path was deleted before it could be held.
-    Unavailable where the file system has no flock."""
+def hold(fd: int, path: Path, wait: buildlock.Wait) -> bool:
+    """Take a shared flock on fd (path, open), which keeps prune from deleting the file while the
+    descriptor (or a forked copy) is open; False when path no longer names that file (pruned
+    meanwhile). Unavailable where the file system has no flock, or when another process keeps an
+    exclusive lock on it (only prune takes one, for an instant)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        buildlock.flock(fd, fcntl.LOCK_SH, wait)
+        return os.fstat(fd).st_ino == os.lstat(path).st_ino
     except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        if os.fstat(fd).st_ino == os.stat(path).st_ino:
-            return fd
-    except FileNotFoundError:
-        pass
+        return False
+    except buildlock.Stalled as e:
+        raise Unavailable(f"{path} is locked, {e}") from None
     except OSError as e:
-        os.close(fd)
         raise Unavailable(f"{path.parent} has no working file locks ({e.strerror or e})") from None
-    os.close(fd)
-    return None  # pruned between the open and the lock
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,9 +389,11 @@ def _widen_thread() -> None:
 
 
 def write(path: Path, names: Sequence[str], decode: Callable[[int], Decoded], threads: int) -> Index:
-    """Decode every image (in `threads` threads, in order) into a new cache file at path."""
+    """Decode every image (in `threads` threads, in order) into a new cache file at path, created
+    here (never through a link, never over an existing file)."""
     records: list[Record] = []
-    with open(path, "wb") as f, ThreadPool(max(threads, 1), initializer=_widen_thread) as pool:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f, ThreadPool(max(threads, 1), initializer=_widen_thread) as pool:
         f.write(b"\0" * DATA_OFFSET)  # the header goes here last
         offset = DATA_OFFSET
         for im in pool.imap(decode, range(len(names))):
@@ -366,18 +408,6 @@ def write(path: Path, names: Sequence[str], decode: Callable[[int], Decoded], th
         f.seek(0)
         f.write(pack_header(len(records), offset, len(raw)))
     return index
-
-
-def _lock(path: Path) -> int:
-    """An open descriptor holding an exclusive flock on path: closing it releases the lock, and so
-    does the death of its process, so a killed builder never blocks the next one."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o664)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # waits while another process builds this key
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 @dataclass(frozen=True)
@@ -400,88 +430,151 @@ def obtain(
     environ: Mapping[str, str],
 ) -> Obtained:
     """The cache file for key, held (see hold): mapped as it is, or built once (see the module's build
-    protocol). Raises Unavailable when the location is read-only, full, without file locks or the
-    entry is over the budget."""
+    protocol). Raises Unavailable when the location is read-only, full, without file locks, the
+    entry is over the budget, or another process holds the build lock without building."""
+    wait = buildlock.Wait(
+        buildlock.stall_s(environ),
+        progress=lambda: buildlock.tmp_bytes(directory, key),
+        on_wait=lambda who: _logger.info(
+            "waiting for %s: its images are being cached by %s", directory / f"{key}.lock", who
+        ),
+    )
     for _ in range(3):
-        got = _obtain_once(directory, key, names, decode, estimate=estimate, threads=threads, environ=environ)
-        fd = hold(got.path)
-        if fd is not None:
-            return replace(got, held=fd)
+        t0 = time.perf_counter()
+        got = _mapped(directory / f"{key}{SUFFIX}", names, wait)
+        if got is None:
+            got = _built(directory, key, names, decode, estimate, threads, environ, wait)
+        if got is not None:
+            return replace(got, seconds=time.perf_counter() - t0)
     raise Unavailable(
         f"{directory / key}{SUFFIX} was deleted each time it was opened (another node's prune?)"
     )
 
 
-def _obtain_once(
+@dataclass(frozen=True)
+class _Found:
+    """What is at KEY.img: a usable file (open, held, its index), or why it is not usable."""
+
+    got: Obtained | None = None
+    problem: str = ""  # "" with got None: nothing there, or pruned while it was being held
+
+
+def _look(final: Path, names: Sequence[str], wait: buildlock.Wait, built: bool = False) -> _Found:
+    try:
+        fd = buildlock.open_own(final)
+    except FileNotFoundError:
+        return _Found()
+    except buildlock.Refused as e:
+        return _Found(problem=str(e))
+    except OSError as e:
+        return _Found(problem=f"cannot be read ({e.strerror or e})")
+    try:
+        index = _read_index(fd)
+        if index is None:
+            problem = "is not a finished cache file of this format (cut short, or its index is broken)"
+        elif sorted(index.paths) != sorted(names):
+            problem = "holds other images than this dataset's"
+        elif hold(fd, final, wait):
+            with contextlib.suppress(OSError):
+                os.utime(fd)  # its use time, for pruning
+            got, fd = Obtained(final, index, built, 0.0, held=fd), -1
+            return _Found(got)
+        else:
+            problem = ""  # pruned between the open and the lock: look again
+        return _Found(problem=problem)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _mapped(final: Path, names: Sequence[str], wait: buildlock.Wait) -> Obtained | None:
+    """KEY.img held, when it is there and usable (what is wrong with it is the builder's to say)."""
+    return _look(final, names, wait).got
+
+
+def _built(
     directory: Path,
     key: str,
     names: Sequence[str],
     decode: Callable[[int], Decoded],
-    *,
     estimate: int,
     threads: int,
     environ: Mapping[str, str],
-) -> Obtained:
-    t0 = time.perf_counter()
+    wait: buildlock.Wait,
+) -> Obtained | None:
+    """Under the build lock: the file another process built meanwhile, or one built here (what was
+    at KEY.img and unusable is removed, with one WARNING). None: pruned meanwhile, look again."""
     final = directory / f"{key}{SUFFIX}"
-    found = _valid(final)
-    if found is not None:
-        return Obtained(final, found, False, time.perf_counter() - t0)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        lock = _lock(directory / f"{key}.lock")
-    except OSError as e:
-        raise Unavailable(f"{directory} is not usable ({e.strerror or e})") from None
+        lock = buildlock.open_lock(directory / f"{key}.lock")
+    except (OSError, buildlock.Refused) as e:
+        raise Unavailable(f"{directory} is not usable ({getattr(e, 'strerror', None) or e})") from None
     try:
-        found = _valid(final)  # built by the process that held the lock
-        if found is not None:
-            return Obtained(final, found, False, time.perf_counter() - t0)
-        for old in directory.glob(f"{key}.*.tmp"):  # a build killed half-way; we hold its lock
-            with contextlib.suppress(OSError):
-                old.unlink()
-        prune(directory, environ, incoming=estimate)
-        fs = os.statvfs(directory)
-        free = fs.f_bavail * fs.f_frsize
-        budget = max_bytes(environ, fs.f_blocks * fs.f_frsize)
-        if estimate > budget:
-            raise Unavailable(
-                f"the images need {estimate / GIB:.1f} GiB, over the cache budget of {budget / GIB:.1f} GiB "
-                f"in {directory} (RIG_CACHE_MAX_GB)"
-            )
-        if estimate + FREE_RESERVE > free:
-            need, have = estimate / GIB, free / GIB
-            raise Unavailable(f"the images need {need:.1f} GiB, {directory} has {have:.1f} GiB free")
-        tmp = directory / f"{key}.{os.getpid()}.tmp"
         try:
-            index = write(tmp, names, decode, threads)
-            os.replace(tmp, final)
+            buildlock.flock(lock, fcntl.LOCK_EX, wait)
+        except buildlock.Stalled as e:
+            raise Unavailable(f"{directory / key}.lock is {e}") from None
         except OSError as e:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
-                raise Unavailable(f"writing to {directory} failed ({e.strerror})") from None
-            raise
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-        return Obtained(final, index, True, time.perf_counter() - t0)
+            raise Unavailable(f"{directory} has no working file locks ({e.strerror or e})") from None
+        found = _look(final, names, wait)  # built by the process that held the lock?
+        if found.got is not None:
+            return found.got
+        if found.problem:
+            _replace_unusable(final, found.problem)
+        _build(directory, key, names, decode, estimate, threads, environ)
+        return _look(final, names, wait, built=True).got
     finally:
         os.close(lock)
 
 
-def _valid(path: Path) -> Index | None:
-    """A finished file's index (its use time touched, for pruning); a broken one is removed."""
-    if not path.exists():
-        return None
-    index = read_index(path)
-    if index is None:
+def _replace_unusable(final: Path, problem: str) -> None:
+    try:
+        buildlock.remove(final)
+    except OSError as e:
+        why = e.strerror or e
+        raise Unavailable(f"{final} {problem}, and cannot be removed ({why}): remove it") from None
+    _logger.warning("%s %s: not used; the images are cached again", final, problem)
+
+
+def _build(
+    directory: Path,
+    key: str,
+    names: Sequence[str],
+    decode: Callable[[int], Decoded],
+    estimate: int,
+    threads: int,
+    environ: Mapping[str, str],
+) -> None:
+    for old in directory.glob(f"{key}.*.tmp"):  # a build killed half-way; we hold its lock
         with contextlib.suppress(OSError):
-            path.unlink()  # truncated or another format: never used, rebuilt
-        return None
-    with contextlib.suppress(OSError):
-        os.utime(path)
-    return index
+            buildlock.remove(old)
+    prune(directory, environ, incoming=estimate)
+    fs = os.statvfs(directory)
+    free = fs.f_bavail * fs.f_frsize
+    budget = max_bytes(environ, fs.f_blocks * fs.f_frsize)
+    if estimate > budget:
+        raise Unavailable(
+            f"the images need {estimate / GIB:.1f} GiB, over the cache budget of {budget / GIB:.1f} GiB "
+            f"in {directory} (RIG_CACHE_MAX_GB)"
+        )
+    if estimate + FREE_RESERVE > free:
+        need, have = estimate / GIB, free / GIB
+        raise Unavailable(f"the images need {need:.1f} GiB, {directory} has {have:.1f} GiB free")
+    tmp = directory / f"{key}.{os.getpid()}.tmp"
+    try:
+        write(tmp, names, decode, threads)
+        os.replace(tmp, directory / f"{key}{SUFFIX}")
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EEXIST):
+            raise Unavailable(f"writing to {directory} failed ({e.strerror})") from None
+        raise
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 class Images:
@@ -501,7 +594,15 @@ class Images:
     def _buffer(self) -> Any:
         if self._map is None:
             np = __import__("numpy")
-            self._map = np.memmap(self.path, dtype="uint8", mode="c")
+            # The file that was checked (its descriptor, inherited by fork workers); a spawned worker
+            # opens the path again, with the same checks.
+            fd = self.held if self.held >= 0 else buildlock.open_own(self.path)
+            try:
+                with open(fd, "rb", closefd=False) as f:
+                    self._map = np.memmap(f, dtype="uint8", mode="c")
+            finally:
+                if fd != self.held:
+                    os.close(fd)
         return self._map
 
     def __len__(self) -> int:
@@ -538,10 +639,12 @@ def resident_bytes(path: Path) -> int:
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return 0
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0
         size = os.fstat(fd).st_size
         if size == 0:
             return 0

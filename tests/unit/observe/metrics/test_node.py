@@ -132,3 +132,19 @@ def test_rig_train_with_a_bad_port_is_one_line(
     assert err == ["ERROR rig: RIG_METRICS_PORT='99999' is not a TCP port; use 1-65535 (default 9464), "
                    "or 0 to serve no metrics"]  # fmt: skip
     assert not list(tmp_path.iterdir())
+
+
+def test_rig_train_with_an_unreadable_token_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rig import cli
+
+    monkeypatch.setenv("RIG_METRICS_TOKEN_FILE", str(tmp_path / "missing"))
+    monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("launched"))
+    runs = tmp_path / "runs"
+    assert cli.main(["train", "device=cpu", "data=x.yaml", "model=m.yaml", f"project={runs}"]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("INFO")]
+    assert len(err) == 1 and err[0].startswith(
+        f"ERROR rig: RIG_METRICS_TOKEN_FILE={tmp_path / 'missing'}: "
+    ), err
+    assert not runs.exists()

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rig.errors import RigError
-from rig.yolo.nodecache import imagecache
+from rig.yolo.nodecache import buildlock, imagecache
 from rig.yolo.nodecache.imagecache import Decoded, Entry, FileStamp, Unavailable
+
+from tests.helpers import needs_root
+from tests.helpers.logrecords import Records, capture
 
 SETTINGS = {"imgsz": 640, "channels": 3, "resize": "rect", "ultralytics": "8.4.190", "opencv": "4.10"}
 FILES = [FileStamp("/d/a.jpg", 100, 1), FileStamp("/d/b.jpg", 200, 2)]
@@ -307,6 +313,178 @@ def test_no_file_locks_is_unavailable(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_location_and_switch() -> None:
-    assert imagecache.cache_dir({}) == Path("/cache/images")
-    assert imagecache.cache_dir({"RIG_CACHE_DIR": "/scratch"}) == Path("/scratch/images")
+    assert imagecache.cache_dir({}, euid=1000) == Path("/cache/images")
+    assert imagecache.cache_dir({"RIG_CACHE_DIR": "/scratch"}, euid=1000) == Path("/scratch/images")
+    # Root never in a user volume (RIG_USER=root): its own folder, as its compile caches.
+    assert imagecache.cache_dir({}, euid=0) == Path("/root/.cache/rig/images")
+    assert imagecache.cache_dir({"RIG_CACHE_DIR": "/cache/x"}, euid=0) == Path("/root/.cache/rig/images")
+    assert imagecache.cache_dir({"RIG_CACHE_DIR": "/scratch"}, euid=0) == Path("/scratch/images")
     assert imagecache.enabled({}) and not imagecache.enabled({"RIG_IMAGE_CACHE": "off"})
+
+
+# ----------------------------------------------------------------------- what a hostile user leaves
+
+
+@pytest.fixture
+def records() -> Iterator[Records]:
+    with capture() as handler:
+        yield handler
+
+
+def bounded(fn: Any, seconds: float = 20) -> Any:
+    """fn's result, or a failure (not a hung test run) when it blocks for longer than seconds."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the test
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"blocked for more than {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def other_dataset(tmp_path: Path) -> bytes:
+    """A valid cache file of other images than obtain's."""
+    elsewhere = tmp_path / "elsewhere"
+    got = imagecache.obtain(elsewhere, "k", ["/e/x.jpg", "/e/y.jpg", "/e/z.jpg"], fake_decode,
+                            estimate=1000, threads=1, environ={})  # fmt: skip
+    os.close(got.held)
+    return got.path.read_bytes()
+
+
+def valid_file(tmp_path: Path, wrong: str = "") -> bytes:
+    """A valid file of obtain's images; wrong: its first record's "shape" or "dtype" changed."""
+    good = tmp_path / f"good-{wrong}"
+    got = imagecache.obtain(good, "k", [f"/d/{i}.jpg" for i in range(3)], fake_decode,
+                            estimate=1000, threads=1, environ={})  # fmt: skip
+    os.close(got.held)
+    raw = bytearray(got.path.read_bytes())
+    _, _, _, _, index_offset, _, _ = imagecache.HEADER.unpack_from(raw)
+    off, nbytes, h, w, c, dtype, h0, w0 = imagecache.RECORD.unpack_from(raw, index_offset)
+    if wrong == "shape":
+        h = 999  # 999 x 2 x 3 pixels in 6 bytes
+    elif wrong == "dtype":
+        dtype = b"|O8"  # numpy's object dtype: file bytes as pointers
+    imagecache.RECORD.pack_into(raw, index_offset, off, nbytes, h, w, c, dtype, h0, w0)
+    return bytes(raw)
+
+
+def plant(kind: str, path: Path, tmp_path: Path) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink":  # to a valid cache of the same images, owned by someone else's folder
+        target = tmp_path / "target.img"
+        target.write_bytes(valid_file(tmp_path))
+        path.symlink_to(target)
+    elif kind == "other-dataset":
+        path.write_bytes(other_dataset(tmp_path))
+    elif kind in ("wrong-shape", "wrong-dtype"):
+        path.write_bytes(valid_file(tmp_path, kind.removeprefix("wrong-")))
+    elif kind == "folder":
+        path.mkdir()
+        (path / "inside").write_text("x")
+    elif kind == "world-writable":
+        path.write_bytes(valid_file(tmp_path))
+        path.chmod(0o666)
+    elif kind == "another-user":
+        path.write_bytes(valid_file(tmp_path))
+        os.chown(path, 12345, 12345)
+
+
+HOSTILE = ["fifo", "symlink", "other-dataset", "wrong-shape", "wrong-dtype", "folder", "world-writable"]
+
+
+@pytest.mark.parametrize(
+    "kind", [*HOSTILE, pytest.param("another-user", marks=needs_root)]
+)  # fmt: skip
+def test_what_is_planted_at_the_cache_path_is_rebuilt_with_one_warning(
+    tmp_path: Path, kind: str, records: Records
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    plant(kind, cache / "k.img", tmp_path)
+    target = (tmp_path / "target.img").read_bytes() if kind == "symlink" else b""
+    got = bounded(lambda: obtain(cache))
+    assert got.built and imagecache.read_index(got.path) == got.index
+    assert not got.path.is_symlink() and got.path.stat().st_uid == os.geteuid()
+    warnings = records.lines(logging.WARNING)
+    assert len(warnings) == 1 and "not used; the images are cached again" in warnings[0], warnings
+    if kind == "symlink":  # the link was removed, never written through
+        assert (tmp_path / "target.img").read_bytes() == target
+    os.close(got.held)
+
+
+def test_read_index_refuses_without_opening_what_could_block(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.img")
+    assert bounded(lambda: imagecache.read_index(tmp_path / "fifo.img")) is None
+    assert bounded(lambda: imagecache.resident_bytes(tmp_path / "fifo.img")) == 0
+
+
+def test_a_planted_lock_link_is_never_followed(tmp_path: Path) -> None:
+    # Root's case: a KEY.lock replaced by a link to where the link's owner may not write.
+    victim_dir = tmp_path / "victim"
+    victim_dir.mkdir()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "k.lock").symlink_to(victim_dir / "created-by-root")
+    os.mkfifo(cache / "k.7.tmp")  # and a FIFO where a dead build's file would be
+    got = bounded(lambda: obtain(cache))
+    assert got.built and list(victim_dir.iterdir()) == []
+    assert not (cache / "k.lock").is_symlink() and (cache / "k.lock").stat().st_uid == os.geteuid()
+    os.close(got.held)
+
+
+def _hold_lock(path: str, ready: Any, grow: str) -> None:
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    ready.set()
+    for _ in range(40 if grow else 600):  # a build that grows for 2 s, or a holder that builds nothing
+        if grow:
+            with open(grow, "ab") as f:
+                f.write(b"x" * 100)
+        time.sleep(0.05 if grow else 0.1)
+
+
+def test_a_lock_held_without_progress_is_given_up_naming_its_holder(tmp_path: Path, records: Records) -> None:
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold_lock, args=(str(tmp_path / "k.lock"), ready, ""))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        t0 = time.monotonic()
+        with pytest.raises(Unavailable) as e:
+            bounded(lambda: obtain(tmp_path, environ={buildlock.STALL_ENV: "1"}))
+        assert time.monotonic() - t0 < 10
+    finally:
+        holder.kill()
+        holder.join(10)
+    assert f"k.lock is held by pid {holder.pid} (" in str(e.value), e.value
+    assert "no progress for 1 s" in str(e.value) and buildlock.STALL_ENV in str(e.value)
+    infos = [line for line in records.lines(logging.INFO) if "waiting for" in line]
+    assert len(infos) == 1 and f"by pid {holder.pid} (" in infos[0], infos
+    assert list(tmp_path.glob("*.img")) == []
+
+
+def test_a_lock_held_by_a_build_that_grows_is_waited_for(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    growing = str(tmp_path / "k.99.tmp")
+    holder = ctx.Process(target=_hold_lock, args=(str(tmp_path / "k.lock"), ready, growing))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        got = bounded(lambda: obtain(tmp_path, environ={buildlock.STALL_ENV: "1"}), 60)
+    finally:
+        holder.join(30)
+    assert got.built  # the holder built nothing in the end: built here, after the 2 s it took
+    os.close(got.held)
