@@ -76,6 +76,10 @@ help: ## print every target with its description
 base-image: ## build $(BASE_IMAGE) locally from a Debian mirror (debootstrap), for hosts without a registry
 	tools/base-image.sh $(BASE_IMAGE) $(DEBOOTSTRAP_MIRROR)
 
+.PHONY: version
+version: ## print the release's version (pyproject.toml), which images are tagged with: VERSION-STACK
+	@echo $(VERSION)
+
 # An unknown STACK stops here in one line. The build reads the lock itself (the host needs no
 # Python); tools/label_image.sh then adds the labels that come from inside the image (the lock's
 # versions, the Debian package list's digest) and copies the SBOM out to $(SBOM_DIR).

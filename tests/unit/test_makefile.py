@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import rig
 
 from tests.helpers import REPO
 
@@ -172,6 +173,7 @@ def test_the_version_is_pyprojects_and_the_changelogs(make: Make) -> None:
     pyproject = (REPO / "pyproject.toml").read_text()
     assert f'\nversion = "{version}"\n' in pyproject
     assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    assert rig.__version__ == version, "rig/__init__.py's __version__ differs from pyproject.toml's"
     releases = re.findall(r"^## \[?(\d+\.\d+\.\d+)\]?", (REPO / "CHANGELOG.md").read_text(), re.M)
     assert releases and releases[0] == version, (
         f"CHANGELOG.md's newest release is {releases[:1]}, not {version}"
