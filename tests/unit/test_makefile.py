@@ -28,20 +28,32 @@ exit 0
 """
 
 
+NO_PYTHON = """#!/bin/sh
+echo "$0 $*" >>"$PYTHON_LOG"
+exit 127
+"""
+
+
 class Make:
-    """`make ARGS` in the repository with the docker stub first on PATH; its calls in .calls()."""
+    """`make ARGS` in the repository with the docker stub first on PATH (its calls in .calls()), and
+    python, python3 and python3.11 stubs that fail and log (in .pythons())."""
 
     def __init__(self, tmp: Path) -> None:
         self.bin = tmp / "bin"
         self.bin.mkdir()
         (self.bin / "docker").write_text(STUB)
-        (self.bin / "docker").chmod(0o755)
+        for name in ("python", "python3", "python3.11"):
+            (self.bin / name).write_text(NO_PYTHON)
+        for stub in self.bin.iterdir():
+            stub.chmod(0o755)
         self.log = tmp / "docker.log"
+        self.python_log = tmp / "python.log"
         self.env_file = tmp / "env"
         self.env = {
             **{k: v for k, v in os.environ.items() if k not in {"IMAGE", "STACK", "MAKEFLAGS", "MAKELEVEL"}},
             "PATH": f"{self.bin}:{os.environ['PATH']}",
             "DOCKER_LOG": str(self.log),
+            "PYTHON_LOG": str(self.python_log),
         }
 
     def __call__(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -70,6 +82,9 @@ class Make:
 
     def calls(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def pythons(self) -> list[str]:
+        return self.python_log.read_text().splitlines() if self.python_log.exists() else []
 
 
 @pytest.fixture
@@ -254,3 +269,25 @@ def test_each_stack_is_its_own_compose_project(make: Make) -> None:
         assert f'"name": "yolo-rig-{stack}"' in config
         assert f'"image": "yolo-rig:{stack}"' in config
         assert f'"name": "yolo-rig-{stack}_home"' in config
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["build"],
+        ["up"],
+        ["down"],
+        ["train"],
+        ["demo-data"],
+        ["weights", "W=yolo11n.pt"],
+        ["shell"],
+        ["push", "REGISTRY=r"],
+    ],
+)
+def test_the_user_targets_need_no_python_on_the_host(make: Make, argv: list[str]) -> None:
+    """What they would run, expanded and printed (`make -n`), with every python on PATH failing:
+    nothing calls one, while expanding the Makefile or in a command (the build reads the lock itself;
+    tests/image/test_release.py runs `make up` for real with no Python on the host)."""
+    commands = make.commands(*argv, "CPU_ONLY=yes")
+    assert make.pythons() == []
+    assert commands and not [c for c in commands if re.search(r"\bpython", c)], commands
