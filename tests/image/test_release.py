@@ -255,3 +255,50 @@ def test_a_published_image_starts_on_a_host_without_python(
         )  # fmt: skip
         for t in (stack, f"{VERSION}-{stack}"):
             subprocess.run(["docker", "rmi", f"{registry}/yolo-rig:{t}"], capture_output=True, timeout=60)
+
+
+def documented_home_move() -> str:
+    """The `docker run ... tar ...` command of docs/workstation.md's "Two stacks, two projects"."""
+    text = (REPO / "docs" / "workstation.md").read_text()
+    section = text.split("## Two stacks, two projects", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block, "docs/workstation.md shows no command to move a home"
+    command = re.search(r"^docker run .*?'$", block[1].replace("\\\n", " "), re.M)
+    assert command, block[1]
+    return command[0]
+
+
+def test_the_documented_home_move_keeps_the_home_and_leaves_the_packages(
+    docker_client: Any, image: str, tmp_path: Path
+) -> None:
+    """The command docs/workstation.md gives, with this image and two fresh volumes: the files and
+    their owners arrive, ~/.local's packages (built against the other stack's torch) do not."""
+    suffix = uuid.uuid4().hex[:8]
+    old, new = f"rig-test-home-a-{suffix}", f"rig-test-home-b-{suffix}"
+    seed = (
+        "mkdir -p /h/.ssh /h/.local/lib/python3.11/site-packages/pkg /h/.local/bin /h/.local/share/x "
+        "&& echo hist >/h/.bash_history && echo 'alias ll=ls' >/h/.bashrc && touch /h/.local/bin/tool "
+        "&& chown -R 1000:1000 /h && chmod 700 /h/.ssh"
+    )
+    try:
+        docker_client.containers.run(
+            image, ["-c", seed], entrypoint="bash", remove=True, network_mode="none",
+            volumes={old: {"bind": "/h", "mode": "rw"}},
+        )  # fmt: skip
+        docker_client.volumes.create(new)
+        command = (
+            documented_home_move().replace("yolo-rig-cu121_home", old).replace("yolo-rig-cu128_home", new)
+        )
+        command = re.sub(r" yolo-rig:cu\d+ ", f" {image} ", command)
+        result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        listing = docker_client.containers.run(
+            image, ["-c", "cd /h && find . -printf '%p %u %m\\n' | sort"], entrypoint="bash", remove=True,
+            network_mode="none", volumes={new: {"bind": "/h", "mode": "ro"}},
+        ).decode()  # fmt: skip
+        assert "./.bash_history yolo" in listing and "./.ssh yolo 700" in listing, listing
+        assert "./.local/share/x yolo" in listing, listing
+        assert ".local/lib" not in listing and ".local/bin" not in listing, listing
+    finally:
+        for volume in (old, new):
+            subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True, timeout=60)
