@@ -683,3 +683,25 @@ def test_container_defaults_are_the_codes(reference: str) -> None:
                 )
     assert not wrong, "defaults that differ:\n" + "\n".join(wrong)
     assert checked >= 15, f"only {checked} defaults compared: the scan is broken"
+
+
+def named_files(text: str) -> set[str]:
+    """Python files the prose names in code spans, e.g. `launch/job.py` or `tools/measure_cli.py`."""
+    return set(re.findall(r"`((?:[\w.-]+/)*[\w-]+\.py)(?::\w+)?`", _prose_keep_code(text)))
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    """A module the docs point to is where they say (a path relative to the repository, to
+    entrypoint/ or to the package rig/)."""
+    roots = (REPO, REPO / "entrypoint", PACKAGE)
+    # Ours: the repository's folders, the package and its subpackages (not torch/..., ultralytics/...).
+    ours = {p.name for root in roots for p in root.iterdir() if p.is_dir()} | {"rig"}
+    missing = sorted(
+        f"{page.relative_to(REPO)}: {name}"
+        for page in doc_pages()
+        for name in named_files(_read(page))
+        if name.split("/")[0] in ours
+        and not re.search(r"/[A-Z_]+\.py$", name)  # a placeholder: rig/commands/COMMAND.py
+        and not any((root / name).exists() for root in roots)
+    )
+    assert not missing, "files the docs name that do not exist:\n" + "\n".join(missing)
