@@ -185,6 +185,7 @@ def test_push_sends_both_tags_of_an_image_built_from_this_checkout(make: Make) -
 
 def test_the_version_is_pyprojects_and_the_changelogs(make: Make) -> None:
     (version,) = make.show("VERSION")
+    assert make("-s", "version").stdout == f"{version}\n"  # what the release workflow compares its tag with
     pyproject = (REPO / "pyproject.toml").read_text()
     assert f'\nversion = "{version}"\n' in pyproject
     assert re.fullmatch(r"\d+\.\d+\.\d+", version)
