@@ -57,7 +57,8 @@ RUN --mount=type=secret,id=ca \
 # `uv export --locked --offline` fails on a lock that no longer matches pyproject.toml: nothing
 # re-resolves. The exported list pins every file by hash, so a mirror (PIP_INDEX_URL) serves
 # exactly the locked files.
-# gpustat is an sdist built without isolation from the locked setuptools(-scm), hence two steps.
+# gpustat and python-hostlist are sdists built without isolation from the locked setuptools(-scm),
+# hence two steps.
 # STACK: the CUDA stack, one of pyproject.toml's extras; the lock holds both, an image installs one.
 ARG STACK=cu121
 # RIG_FEATURES: Ultralytics features left out by default, as pyproject.toml's dependency groups
@@ -73,7 +74,8 @@ RUN --mount=type=secret,id=ca \
     [ -f /run/secrets/ca ] && export SSL_CERT_FILE=/run/secrets/ca; \
     groups=""; for g in ${RIG_FEATURES}; do groups="${groups} --group ${g}"; done; \
     { uv export --offline --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
-         --extra "${STACK}" ${groups} --no-emit-package gpustat -o /tmp/req-base.txt \
+         --extra "${STACK}" ${groups} --no-emit-package gpustat --no-emit-package python-hostlist \
+         -o /tmp/req-base.txt \
       && uv export --offline --quiet --locked --no-dev --no-emit-project --no-header \
          --format requirements-txt --extra "${STACK}" ${groups} -o /tmp/requirements.txt \
       || { echo "ERROR build: uv.lock is stale for pyproject.toml (run 'make lock'), or RIG_FEATURES='${RIG_FEATURES}' names a group pyproject.toml lacks"; exit 1; }; } \
@@ -310,9 +312,9 @@ ARG STACK=cu121
 ENV RIG_STACK=${STACK}
 
 # Last, so a new revision changes only metadata. The labels that need the lock (torch, CUDA, cuDNN,
-# Ultralytics) and the Debian package list's digest are added by `make build`
+# Ultralytics), PYTORCH_VERSION and the Debian package list's digest are added by `make build`
 # (tools/label_image.sh), from /opt/rig/stack-versions.env and /opt/rig/debian-packages.txt:
-# a label cannot come from a RUN. CREATED is SOURCE_DATE_EPOCH as RFC 3339 (the commit's time).
+# neither a label nor an ENV can come from a RUN. CREATED is SOURCE_DATE_EPOCH as RFC 3339 (the commit's time).
 ARG VERSION=unknown
 ARG GIT_REVISION=unknown
 ARG SOURCE_URL=""

@@ -61,6 +61,9 @@ def test_the_release_labels_and_tags(
         capture_output=True, text=True, timeout=30, check=True,
     ).stdout.strip()  # fmt: skip
     assert labels["org.opencontainers.image.created"] == created
+    # What NGC's PyTorch images set, for enroot's PyTorch hook: the locked torch.
+    env = dict(e.split("=", 1) for e in docker_client.images.get(image).attrs["Config"]["Env"])
+    assert env["PYTORCH_VERSION"] == locked_versions(stack)["TORCH_VERSION"]
     # `make build` tags the image VERSION-STACK too.
     name = image.rsplit(":", 1)[0]
     assert docker_client.images.get(f"{name}:{VERSION}-{stack}").id == docker_client.images.get(image).id
