@@ -705,3 +705,20 @@ def test_every_file_the_docs_name_exists() -> None:
         and not any((root / name).exists() for root in roots)
     )
     assert not missing, "files the docs name that do not exist:\n" + "\n".join(missing)
+
+
+def test_benchmarks_open_with_the_current_figures() -> None:
+    """BENCHMARKS.md's first section is one table of the current figures, each with its date and
+    the command that measures it; the runs behind them follow under History."""
+    text = _read(REPO / "BENCHMARKS.md")
+    sections = re.findall(r"^## (.+)$", _prose_keep_code(text), re.M)
+    assert sections[:2] == ["Current figures", "History"], sections[:2]
+    table = text.split("## Current figures", 1)[1].split("## History", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("|") and not line.startswith("| ---")]
+    assert rows[0].split("|")[1:5] == [" what ", " figure ", " date ", " command "], rows[0]
+    undated = []
+    for row in rows[1:]:
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
+        if len(cells) != 4 or not re.search(r"\d{4}-\d{2}-\d{2}", cells[2]) or not cells[3]:
+            undated.append(row)
+    assert len(rows) > 10 and not undated, "rows without a date or a command:\n" + "\n".join(undated)
