@@ -722,3 +722,21 @@ def test_benchmarks_open_with_the_current_figures() -> None:
         if len(cells) != 4 or not re.search(r"\d{4}-\d{2}-\d{2}", cells[2]) or not cells[3]:
             undated.append(row)
     assert len(rows) > 10 and not undated, "rows without a date or a command:\n" + "\n".join(undated)
+
+
+# How the project was made is no part of the product: the docs say what it does and what was measured.
+MAKING = re.compile(
+    r"(?<!ultralytics )\bissues? #?\d+|\bitem \d+\b|\bengineers?\b|\bthis round\b|\bof mine\b"
+    r"|\bthe lead\b|\bworktree\b",
+    re.I,
+)
+
+
+def test_the_docs_speak_of_the_product_not_of_its_making() -> None:
+    found = [
+        f"{page.relative_to(REPO)}:{n}: {line.strip()[:100]}"
+        for page in [*doc_pages(), REPO / "CHANGELOG.md"]
+        for n, line in enumerate(_read(page).splitlines(), 1)
+        if MAKING.search(line)
+    ]
+    assert not found, "words about how the project was made, in user docs:\n" + "\n".join(found)
