@@ -63,9 +63,10 @@ BUILD_ARGS = --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg APT_MIRROR=$(APT_M
 	$(if $(FEATURES),--build-arg RIG_FEATURES="$(FEATURES)") \
 	$(if $(CA_BUNDLE),--secret id=ca$(comma)src=$(CA_BUNDLE))
 
-# The settings `make up` saved in $(ENV_FILE), under the command line and the environment.
+# The settings `make up` saved in $(ENV_FILE), under the command line and the environment (a value
+# quoted by hand, as Compose allows, is read without its quotes).
 SAVED := DATASETS_DIR WEIGHTS_DIR RUNS_DIR CACHE_DIR RIG_UID RIG_GID
-saved_value = $(shell sed -n 's/^$(1)=//p' $(ENV_FILE) 2>/dev/null | tail -n 1)
+saved_value = $(shell sed -n 's/^$(1)=//p' $(ENV_FILE) 2>/dev/null | tail -n 1 | sed "s/^\(['\"]\)\(.*\)\1$$/\2/")
 $(foreach v,$(SAVED),$(if $(call saved_value,$(v)),$(eval $(v) ?= $(subst $$,$$$$,$(call saved_value,$(v))))))
 
 .PHONY: help

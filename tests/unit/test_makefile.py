@@ -229,6 +229,12 @@ def test_folder_settings_are_kept_for_the_next_call(make: Make, tmp_path: Path) 
         f"RUNS_DIR={runs}" in run and "-f compose.runs.yaml" in run and f"--env-file {make.env_file}" in run
     )
 
+    # A value quoted by hand, as Compose allows, is read without its quotes.
+    with make.env_file.open("a") as f:
+        f.write(f'WEIGHTS_DIR="{data}"\n')
+    assert make.show("WEIGHTS_DIR") == [str(data)]
+    make.env_file.write_text("\n".join(lines) + "\n")
+
     # Unchanged settings leave the file alone; a setting given empty is dropped.
     assert "saved" not in make("save-settings").stdout
     make("save-settings", "RUNS_DIR=")
