@@ -131,16 +131,20 @@ RUN --mount=type=secret,id=ca \
 # RECORD line. uv keys its cached build of a local project by pyproject.toml's mtime alone, so a
 # code edit would install the previous build's wheel: its cache entries go first (`--refresh`
 # would do it, but not `--offline`).
+# `rig` runs Python isolated (`#!/opt/venv/bin/python -I`, docker/isolate-script.py): as root (the
+# entrypoint, `docker exec ... rig`) it imports nothing from PYTHONPATH or a user's site.
 FROM builder AS project
 COPY pyproject.toml uv.lock README.md /src/
 COPY entrypoint /src/entrypoint
+COPY docker/isolate-script.py /usr/local/lib/rig/isolate-script.py
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv cache clean --quiet yolo-rig \
     && uv pip install --python /opt/venv/bin/python --prefix /opt/rig-project --quiet --no-deps --offline /src \
     && rm -f /opt/rig-project/.lock \
     && dist=$(echo /opt/rig-project/lib/python3.11/site-packages/yolo_rig-*.dist-info) \
     && rm "${dist}/uv_cache.json" \
-    && sed -i '/\/uv_cache\.json,/d' "${dist}/RECORD"
+    && sed -i '/\/uv_cache\.json,/d' "${dist}/RECORD" \
+    && python3 /usr/local/lib/rig/isolate-script.py /opt/rig-project/bin/rig "${dist}/RECORD"
 
 # ---------------------------------------------------------------------------------------------
 # Python's C headers, alone. torch.compile builds small extensions at run time that include
@@ -274,10 +278,14 @@ RUN mkdir -p /opt/venv/lib/python3.11/site-packages/tests/tmp \
 COPY --from=tuned --chown=1000:1000 /opt/rig/weights /weights
 RUN mkdir -p /datasets /workspace/runs /cache \
     && chown yolo:yolo /datasets /weights /workspace/runs /cache
-# JupyterLab's config folder (the server's JUPYTER_CONFIG_DIR): root's and empty, so nothing in
-# ~/.jupyter changes how it authenticates; the marker stops jupyter_core migrating ~/.ipython into it.
-RUN mkdir -p /opt/rig/jupyter \
+# JupyterLab's config folder (the server's JUPYTER_CONFIG_DIR): root's, so nothing in ~/.jupyter
+# changes how it authenticates; the marker stops jupyter_core migrating ~/.ipython into it. Its data
+# folder (JUPYTER_DATA_DIR): root's and empty, so templates, kernel specs and lab extensions come
+# from the image (rig/workstation/services.py). The config turns off what would load code from user
+# folders: language servers probed on the PATH, nbconvert templates from the working folder.
+RUN mkdir -p /opt/rig/jupyter /opt/rig/jupyter-data \
     && : >/opt/rig/jupyter/migrated
+COPY docker/jupyter_server_config.json /opt/rig/jupyter/jupyter_server_config.json
 
 # pip for user yolo's sessions (docs/user-environment.md): the builder's own pip (Debian's bundled
 # wheel), run only by rig's gate (rig/workstation/pipgate.py), which installs into ~/.local on the
