@@ -149,6 +149,7 @@ exit 127
 """
 
 NO_BUILD = """#!/bin/sh
+echo "docker $*" >>"{calls}"
 for arg in "$@"; do
   case "$arg" in -*) ;; build|buildx) echo "docker $*" >>"{log}"; exit 99;; *) break;; esac
 done
@@ -159,7 +160,7 @@ exec {docker} "$@"
 def pythons() -> list[str]:
     """Every Python executable on this host's usual paths and PATH (pyenv shims and versions too)."""
     folders = {*os.environ.get("PATH", "").split(":"), "/usr/bin", "/usr/local/bin", "/bin", "/opt/venv/bin"}
-    folders |= {str(p) for p in Path("/root/.pyenv/versions").glob("*/bin")} if os.geteuid() == 0 else set()
+    folders |= {str(p) for p in (Path.home() / ".pyenv" / "versions").glob("*/bin")}
     found = set()
     for folder in filter(None, folders):
         for path in Path(folder).glob("python*"):
@@ -169,15 +170,18 @@ def pythons() -> list[str]:
     return sorted(found)
 
 
-def run_without_python(tmp: Path, argv: list[str], env: dict[str, str], timeout: int) -> tuple[int, str, str]:
+def run_without_python(
+    tmp: Path, argv: list[str], env: dict[str, str], timeout: int
+) -> tuple[int, str, str, list[str]]:
     """argv in a mount namespace where each Python on the host is a stub that logs and fails, and
-    docker refuses to build; returns (exit code, output, what the stubs logged)."""
+    docker refuses to build; returns (exit code, output, what the stubs refused, the docker calls)."""
     stubs = tmp / "stubs"
     stubs.mkdir()
     log = tmp / "forbidden.log"
     log.touch()
     (stubs / "python").write_text(NO_PYTHON.format(log=log))
-    (stubs / "docker").write_text(NO_BUILD.format(log=log, docker=shutil.which("docker")))
+    calls = tmp / "docker-calls.log"
+    (stubs / "docker").write_text(NO_BUILD.format(log=log, calls=calls, docker=shutil.which("docker")))
     for stub in stubs.iterdir():
         stub.chmod(0o755)
     binds = " && ".join(f"mount --bind {stubs / 'python'} {p}" for p in pythons()) or "true"
@@ -194,7 +198,8 @@ def run_without_python(tmp: Path, argv: list[str], env: dict[str, str], timeout:
         timeout=timeout,
         check=False,
     )
-    return proc.returncode, proc.stdout + proc.stderr, log.read_text()
+    docker_calls = calls.read_text().splitlines() if calls.exists() else []
+    return proc.returncode, proc.stdout + proc.stderr, log.read_text(), docker_calls
 
 
 def tags(registry: str) -> set[str]:
@@ -239,9 +244,10 @@ def test_a_published_image_starts_on_a_host_without_python(
     }
     argv = ["make", "up", f"IMAGE={published}", f"STACK={stack}", "CPU_ONLY=yes", f"ENV_FILE={tmp_path}/env"]
     try:
-        rc, out, forbidden = run_without_python(tmp_path, argv, env, timeout=600)
+        rc, out, forbidden, calls = run_without_python(tmp_path, argv, env, timeout=600)
         assert forbidden == "", forbidden
         assert rc == 0, out[-4000:]
+        assert f"docker pull {published}" in calls, calls
         assert docker_client.images.get(published).id == docker_client.images.get(image).id
         ssh = subprocess.run(
             ["ssh", "-p", str(ssh_port), "-i", str(key), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
