@@ -53,7 +53,9 @@ def _validator() -> Any:
     )
     formats = FormatChecker()
     formats.checkers["iri-reference"] = (_iri_reference, ValueError)
-    schema = load(BOM_JSON_STRICT[SchemaVersion.from_version(SPEC)])
+    schema_file = BOM_JSON_STRICT[SchemaVersion.from_version(SPEC)]
+    assert schema_file is not None, f"cyclonedx-python-lib has no strict schema for CycloneDX {SPEC}"
+    schema = load(schema_file)
     return Draft7Validator(schema, registry=registry, format_checker=formats)
 
 
