@@ -155,7 +155,9 @@ RUN --mount=type=secret,id=ca \
     /usr/local/lib/rig/apt-install.sh libpython3.11-dev
 
 # ---------------------------------------------------------------------------------------------
-FROM base AS runtime
+# The runtime's Debian packages, a stage of their own: the runtime starts from it, and the SBOM
+# stage reads its package list without waiting for the rest of the runtime.
+FROM base AS os
 
 # tini: PID 1 that reaps and forwards signals. openssh-server: the workstation's SSH.
 # fonts-dejavu-core: Ultralytics' plots get a local font instead of downloading Arial.
@@ -169,15 +171,58 @@ RUN --mount=type=secret,id=ca \
     /usr/local/lib/rig/apt-install.sh tini openssh-server fonts-dejavu-core numactl procps less \
         tmux screen g++ \
     && rm -f /etc/ssh/ssh_host_*
-COPY --from=pyheaders /usr/include/python3.11 /usr/include/python3.11
-COPY --from=pyheaders /usr/include/x86_64-linux-gnu/python3.11 /usr/include/x86_64-linux-gnu/python3.11
-# The Debian packages as installed, for comparing two builds (a mirror moves on; the venv does not).
-# `make build` labels the image with this file's sha256 (io.yolo-rig.debian-packages).
+# The Debian packages as installed, for comparing two builds (a mirror moves on; the venv does not)
+# and for the SBOM. `make build` labels the image with this file's sha256 (io.yolo-rig.debian-packages).
 # The pipe runs under base's SHELL (pipefail), which hadolint does not follow from stage to stage.
 # hadolint ignore=DL4006
 RUN mkdir -p /opt/rig \
     && dpkg-query -W -f '${Package}=${Version} ${Architecture}\n' | LC_ALL=C sort >/opt/rig/debian-packages.txt
 
+# ---------------------------------------------------------------------------------------------
+# What uv.lock says of this stack (torch, CUDA, cuDNN, Ultralytics), read here with the base's
+# Python so the host needs none: `make build` turns the file into the image's labels.
+FROM base AS lockinfo
+ARG STACK=cu121
+RUN --mount=type=bind,source=uv.lock,target=/src/uv.lock \
+    --mount=type=bind,source=tools/lock_versions.py,target=/src/lock_versions.py \
+    mkdir -p /opt/rig \
+    && python3 /src/lock_versions.py /src/uv.lock "${STACK}" >/opt/rig/stack-versions.env
+
+# ---------------------------------------------------------------------------------------------
+# The SBOM (CycloneDX JSON): cyclonedx-py describes /opt/venv as installed, docker/sbom.py adds the
+# runtime's Debian packages. The generator is locked (pyproject.toml's `sbom` group) and lives in
+# a venv of its own, in a stage the runtime takes one file from: neither it nor its dependencies
+# reach the image's /opt/venv.
+FROM builder AS sbom
+# No bytecode for a venv that runs once; the lock bound as in the builder.
+RUN --mount=type=secret,id=ca \
+    --mount=type=cache,target=/root/.cache/uv \
+    --mount=type=bind,source=uv.lock,target=/src/uv.lock \
+    --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
+    [ -f /run/secrets/ca ] && export SSL_CERT_FILE=/run/secrets/ca; \
+    uv export --offline --quiet --locked --only-group sbom --no-emit-project --no-header \
+        --format requirements-txt -o /tmp/sbom-requirements.txt \
+    && uv venv --quiet --python /usr/bin/python3.11 /opt/sbom \
+    && UV_COMPILE_BYTECODE=0 uv pip install --python /opt/sbom/bin/python --quiet --require-hashes --no-deps \
+        -r /tmp/sbom-requirements.txt
+COPY docker/sbom.py /usr/local/lib/rig/sbom.py
+COPY --from=os /opt/rig/debian-packages.txt /tmp/debian-packages.txt
+COPY --from=os /etc/debian_version /tmp/debian_version
+# No timestamp (the builder's SOURCE_DATE_EPOCH is a constant for bytecode, not a date): the same
+# lock and packages give the same file, byte for byte. The image's created label carries the date.
+ARG STACK=cu121
+RUN --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
+    env -u SOURCE_DATE_EPOCH /opt/sbom/bin/cyclonedx-py environment --no-validate --output-reproducible \
+        --pyproject /src/pyproject.toml --mc-type application -o /tmp/python.cdx.json /opt/venv/bin/python \
+    && mkdir -p /opt/rig \
+    && /opt/sbom/bin/python /usr/local/lib/rig/sbom.py --stack "${STACK}" --debian-version "$(cat /tmp/debian_version)" \
+        /tmp/python.cdx.json /tmp/debian-packages.txt >/opt/rig/sbom.cdx.json
+
+# ---------------------------------------------------------------------------------------------
+FROM os AS runtime
+
+COPY --from=pyheaders /usr/include/python3.11 /usr/include/python3.11
+COPY --from=pyheaders /usr/include/x86_64-linux-gnu/python3.11 /usr/include/x86_64-linux-gnu/python3.11
 COPY --from=builder /opt/venv /opt/venv
 
 # The NVIDIA container toolkit reads these to inject the driver.
@@ -250,6 +295,10 @@ COPY docker/session-python /opt/rig/python
 COPY docker/pip /usr/local/bin/pip
 RUN ln -s pip /usr/local/bin/pip3
 
+# The SBOM and the stack's locked versions (read by `make build` for the labels).
+COPY --from=sbom /opt/rig/sbom.cdx.json /opt/rig/sbom.cdx.json
+COPY --from=lockinfo /opt/rig/stack-versions.env /opt/rig/stack-versions.env
+
 # Our own code, as late as possible.
 COPY --from=project /opt/rig-project/ /opt/venv/
 # Every login shell (`docker run IMAGE bash -l`, `make shell`, SSH, Jupyter terminals) gets the
@@ -270,25 +319,22 @@ CMD ["rig", "serve"]
 ARG STACK=cu121
 ENV RIG_STACK=${STACK}
 
-# Last, so a new revision changes only metadata.
+# Last, so a new revision changes only metadata. The labels that need the lock (torch, CUDA, cuDNN,
+# Ultralytics), PYTORCH_VERSION and the Debian package list's digest are added by `make build`
+# (tools/label_image.sh), from /opt/rig/stack-versions.env and /opt/rig/debian-packages.txt:
+# neither a label nor an ENV can come from a RUN. CREATED is SOURCE_DATE_EPOCH as RFC 3339 (the commit's time).
+ARG VERSION=unknown
 ARG GIT_REVISION=unknown
-ARG CUDA_VERSION=unknown
-ARG CUDNN_VERSION=unknown
-ARG TORCH_VERSION=unknown
-ARG ULTRALYTICS_VERSION=unknown
+ARG SOURCE_URL=""
+ARG CREATED=""
 ENV RIG_GIT_REVISION=${GIT_REVISION}
-# What NGC's PyTorch images set: enroot's PyTorch hook (Pyxis on Slurm) then hands every task
-# MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK and LOCAL_RANK, as rig reads them (docs/training.md).
-ENV PYTORCH_VERSION=${TORCH_VERSION}
 LABEL org.opencontainers.image.title="yolo-rig" \
-      org.opencontainers.image.description="Ultralytics YOLO training on CUDA ${CUDA_VERSION} (stack ${STACK})" \
+      org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${GIT_REVISION}" \
+      org.opencontainers.image.source="${SOURCE_URL}" \
+      org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.licenses="AGPL-3.0-only" \
-      io.yolo-rig.stack="${STACK}" \
-      io.yolo-rig.cuda="${CUDA_VERSION}" \
-      io.yolo-rig.cudnn="${CUDNN_VERSION}" \
-      io.yolo-rig.torch="${TORCH_VERSION}" \
-      io.yolo-rig.ultralytics="${ULTRALYTICS_VERSION}"
+      io.yolo-rig.stack="${STACK}"
 
 # ---------------------------------------------------------------------------------------------
 # The driver the stack needs, checked by the NVIDIA container runtime before anything runs: a

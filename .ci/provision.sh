@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Provision a Debian 12 CI host: Docker engine, compose v2, buildx, and the host tools the
-# tests drive (OpenSSH client, headless Chromium, Prometheus). Idempotent: safe to run on every CI start.
+# tests drive (OpenSSH client, headless Chromium, Prometheus, a registry). Idempotent: safe to run on every CI start.
 set -euo pipefail
 
 log() { echo "INFO provision: $*"; }
@@ -10,20 +10,34 @@ need_apt=()
 command -v dockerd >/dev/null || need_apt+=(docker.io)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v ssh >/dev/null || need_apt+=(openssh-client)
-command -v chromium >/dev/null || need_apt+=(chromium)
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need_apt+=(chromium)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
 command -v openssl >/dev/null || need_apt+=(openssl)
 # Prometheus 2.42 and promtool: the metrics tests scrape a run and lint /metrics with them.
 command -v promtool >/dev/null || need_apt+=(prometheus)
+# A registry (distribution 2.8): the release test pushes the image to one on loopback and pulls it back.
+command -v docker-registry >/dev/null || need_apt+=(docker-registry)
 if ((${#need_apt[@]})); then
-  log "apt-get install ${need_apt[*]}"
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  # Another distribution (a forge's Ubuntu runner) may lack one (chromium): the tests that need it skip.
+  have=()
+  for package in "${need_apt[@]}"; do
+    if apt-cache show "$package" >/dev/null 2>&1; then
+      have+=("$package")
+    else
+      echo "WARNING provision: no package $package here; the tests that need it skip"
+    fi
+  done
+  log "apt-get install ${have[*]}"
+  apt-get install -y -qq --no-install-recommends "${have[@]}" >/dev/null
 fi
-# The tests run their own Prometheus on a free loopback port; the package's service must not hold 9090.
-if command -v systemctl >/dev/null && systemctl list-unit-files prometheus.service >/dev/null 2>&1; then
-  systemctl disable --now prometheus.service >/dev/null 2>&1 || true
-fi
+# The tests run their own Prometheus and registry on free loopback ports; the packages' services
+# must not hold 9090 and 5000.
+for service in prometheus docker-registry; do
+  if command -v systemctl >/dev/null && systemctl list-unit-files "$service.service" >/dev/null 2>&1; then
+    systemctl disable --now "$service.service" >/dev/null 2>&1 || true
+  fi
+done
 
 # Compose v2 and buildx are not packaged for bookworm; trixie's builds depend only on libc6.
 if ! docker compose version >/dev/null 2>&1 || ! docker buildx version >/dev/null 2>&1; then

@@ -4,12 +4,14 @@ missing. Each test is its own compose project, removed with its volumes at the e
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import os
 import re
 import subprocess
 import threading
+import urllib.request
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -33,10 +35,21 @@ class Make:
     def __init__(self, image: str) -> None:
         self.name, self.tag = image.rsplit(":", 1)
         self.project = f"rig-test-data-{uuid.uuid4().hex[:8]}"
+        self.metrics_port = free_port()  # make train's /metrics, never another run's
 
     def __call__(self, *args: str, timeout: int = 300) -> tuple[int, str]:
         proc = subprocess.run(
-            ["make", "-s", *args, f"IMAGE={self.name}", f"TAG={self.tag}", "GPU=no"],
+            # ENV_FILE: neither read nor write the checkout's .env (the settings `make up` keeps).
+            [
+                "make",
+                "-s",
+                *args,
+                f"IMAGE={self.name}",
+                f"TAG={self.tag}",
+                "CPU_ONLY=yes",
+                "ENV_FILE=/dev/null",
+                f"TRAIN_METRICS_PORT={self.metrics_port}",
+            ],
             cwd=REPO,
             env={**os.environ, "COMPOSE_PROJECT_NAME": self.project},
             capture_output=True,
@@ -104,16 +117,34 @@ def test_make_train_on_a_host_folder(make: Make, containers: Containers, tmp_pat
     before = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
     runs = owned_folder(tmp_path / "runs")
 
-    rc, out = make(
-        "train",
-        f"DATA={data}/data.yaml",
-        f"RUNS_DIR={runs}",
-        f"RIG_UID={UID}",
-        f"RIG_GID={GID}",
-        f"TRAIN_ARGS={CPU_TRAIN}",
-        timeout=600,
-    )
+    # The /metrics URL make prints is where the run serves them, while it trains.
+    url = f"http://127.0.0.1:{make.metrics_port}/metrics"
+    scrapes: list[str] = []
+    done = threading.Event()
+
+    def scrape() -> None:
+        while not done.wait(0.3):
+            with contextlib.suppress(OSError):
+                scrapes.append(urllib.request.urlopen(url, timeout=2).read().decode())
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+    try:
+        rc, out = make(
+            "train",
+            f"DATA={data}/data.yaml",
+            f"RUNS_DIR={runs}",
+            f"RIG_UID={UID}",
+            f"RIG_GID={GID}",
+            f"TRAIN_ARGS={CPU_TRAIN}",
+            timeout=600,
+        )
+    finally:
+        done.set()
+        scraper.join(timeout=10)
     assert rc == 0, out[-4000:]
+    assert f"INFO metrics: {url} while this run trains" in out, out
+    assert any("\nyolo_" in s or "\nrig_" in s for s in scrapes), scrapes[-1:]
     assert f"INFO data: /mnt/data/data.yaml is host folder {data}'s data.yaml: path: /mnt/data" in out, out
     assert "does not exist" not in out, out  # nothing to move: the yaml names no folder
     best = runs / "detect/train/weights/best.pt"
@@ -212,7 +243,10 @@ def test_make_train_builds_a_missing_image(image: str, docker_client: Any) -> No
         built = docker_client.images.list(name=tag)
     finally:
         fresh.down()
-        subprocess.run(["docker", "rmi", tag], capture_output=True, timeout=120, check=False)
+        version = subprocess.run(["make", "-s", "version"], cwd=REPO, capture_output=True, text=True).stdout
+        stack = docker_client.images.get(image).labels["io.yolo-rig.stack"]
+        for t in (tag, f"{fresh.name}:{version.strip()}-{stack}"):  # `make build` tags VERSION-STACK too
+            subprocess.run(["docker", "rmi", t], capture_output=True, timeout=120, check=False)
     assert built, out[-3000:]
     # Then the training command ran in it: a fresh datasets volume has no demo data, which it says.
     assert rc != 0

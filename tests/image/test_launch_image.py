@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import REPO, SCRIPTS
-from tests.helpers.containers import Containers
+from tests.helpers.containers import Containers, free_port
 from tests.helpers.fakesys import FakeSys, bus
 from tests.helpers.waiting import wait_until
 
@@ -231,7 +231,7 @@ def test_make_train_on_a_cpu_only_box_names_the_gpu_fix() -> None:
     image_name = os.environ.get("IMAGE", "yolo-rig:cu121").split(":")[0]
     try:
         result = subprocess.run(
-            ["make", "-s", "train", "GPUS=2", f"IMAGE={image_name}"],
+            ["make", "-s", "train", "GPUS=2", f"IMAGE={image_name}", f"TRAIN_METRICS_PORT={free_port()}"],
             cwd=REPO,
             env=env,
             capture_output=True,

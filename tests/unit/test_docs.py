@@ -465,3 +465,278 @@ def test_every_compose_variable_is_documented(reference: str) -> None:
     assert not missing, (
         f"compose variables (${{VAR:-default}}) missing from docs/reference.md's tables: {missing}"
     )
+
+
+# --- defaults: reference.md against the Makefile, compose and the code ----------------------------
+#
+# reference.md gives each variable once, in one row of a table whose header starts `| Variable |`,
+# with its default in the second cell. Where make and compose default a variable differently, the
+# cell says both: "make: ...; compose: ...". A cell (or that part of it) says "empty", "required" or
+# "none" for no value, and otherwise gives the value as its first `code span`; a row naming several
+# variables gives their values in the same order (`10m`, `5`). Computed defaults (`$(...)` in the
+# Makefile, a function in the code) are prose and are not compared.
+
+NO_VALUE = ("empty", "required", "none", "unset")
+
+
+def variable_rows(text: str) -> list[tuple[list[str], str]]:
+    """(names, default cell) for each row of the tables whose header starts with `| Variable |`."""
+    rows: list[tuple[list[str], str]] = []
+    in_table = False
+    for line in text.splitlines():
+        if re.match(r"^\|\s*Variable\s*\|", line):
+            in_table = True
+            continue
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        if in_table and not re.match(r"^\|\s*-", line):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+            names = re.findall(r"`([A-Za-z_][A-Za-z0-9_]*\*?)`", cells[0].split("(")[0])
+            rows.append((names, cells[1] if len(cells) > 1 else ""))
+    return rows
+
+
+def documented_default(cell: str, source: str, index: int) -> str | None:
+    """The value the cell gives for the `index`-th name from `source` ("make" or "compose"): "" for
+    no value, None when it says no literal (prose)."""
+    parts = dict(re.findall(r"\b(make|compose):\s*([^;]*)", cell))
+    cell = parts.get(source, cell if not parts else "")
+    if cell.lower().startswith(NO_VALUE):
+        return ""
+    spans = re.findall(r"`([^`]*)`", cell)
+    if not spans or not cell.startswith("`"):
+        return None
+    return spans[index] if index < len(spans) else spans[0]
+
+
+def makefile_defaults(makefile: str) -> dict[str, str]:
+    return {m[1]: m[2].strip() for m in re.finditer(r"^([A-Z][A-Z0-9_]*)\s*\?=[ \t]*(.*)$", makefile, re.M)}
+
+
+def compose_defaults(compose: str) -> dict[str, str]:
+    """${NAME:-default} of a compose file, a default's own ${...} included."""
+    found: dict[str, str] = {}
+    for name, default in re.findall(r"\$\{([A-Z][A-Z0-9_]*):-((?:[^{}]|\$\{[^}]*\})*)\}", compose):
+        found[name] = default
+        found.update(compose_defaults(default))
+    return found
+
+
+def _constant(node: ast.expr, constants: dict[str, object]) -> object:
+    """A literal, a module constant, or arithmetic on them (30 * 60); else None."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return constants.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult | ast.Add):
+        left, right = _constant(node.left, constants), _constant(node.right, constants)
+        if isinstance(left, int | float) and isinstance(right, int | float):
+            return left * right if isinstance(node.op, ast.Mult) else left + right
+    return None
+
+
+def code_defaults(source: str) -> dict[str, set[str]]:
+    """The defaults a module gives variables: environ.get(NAME, DEFAULT), getenv(NAME, DEFAULT) and
+    helpers called as f(environ, NAME, DEFAULT, ...), DEFAULT a literal or a module constant."""
+    tree = ast.parse(source)
+    constants: dict[str, object] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    constants[target.id] = _constant(node.value, constants)
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        args = list(node.args)
+        getter = (
+            isinstance(node.func, ast.Attribute) and node.func.attr == "get" and _is_environ(node.func.value)
+        )
+        if getter or ast.unparse(node.func) in {"os.getenv", "getenv"}:
+            pair = args[:2]
+        else:
+            at = next((i for i, a in enumerate(args) if _is_environ(a)), None)
+            pair = args[at + 1 : at + 3] if at is not None else []
+        if len(pair) == 2:
+            name, default = _constant(pair[0], constants), _constant(pair[1], constants)
+            if isinstance(name, str) and ENV_NAME.match(name) and default not in (None, ""):
+                found.setdefault(name, set()).add(_same(str(default)))
+    return found
+
+
+def _same(value: str) -> str:
+    """60.0 and 60 are one default."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return f"{number:g}"
+
+
+def dockerfile_defaults(dockerfile: str) -> dict[str, str]:
+    """ENV NAME=VALUE of the Dockerfile (continued lines joined); values with ${...} left out."""
+    text = dockerfile.replace("\\\n", " ")
+    found: dict[str, str] = {}
+    for line in re.findall(r"^ENV\s+(.*)$", text, re.M):
+        for name, value in re.findall(r"([A-Z][A-Z0-9_]*)=(\"[^\"]*\"|\S+)", line):
+            if "$" not in value:
+                found[name] = value.strip('"')
+    return found
+
+
+def test_default_parsers_on_examples() -> None:
+    text = (
+        "| Variable | Default | Meaning |\n| --- | --- | --- |\n"
+        "| `IMAGE` | make: `yolo-rig`; compose: `x:y` | i |\n"
+        "| `A`, `B` | `10m`, `5` | two |\n| `C` | empty: the volume | c |\n| `D` | your `id -u` | d |\n\n"
+        "| Other | Default |\n|---|---|\n| `E` | `1` |\n"
+    )
+    rows = variable_rows(text)
+    assert rows == [(["IMAGE"], "make: `yolo-rig`; compose: `x:y`"), (["A", "B"], "`10m`, `5`"),
+                    (["C"], "empty: the volume"), (["D"], "your `id -u`")]  # fmt: skip
+    assert documented_default(rows[0][1], "make", 0) == "yolo-rig"
+    assert documented_default(rows[0][1], "compose", 0) == "x:y"
+    assert [documented_default(rows[1][1], "make", i) for i in (0, 1)] == ["10m", "5"]
+    assert documented_default(rows[2][1], "make", 0) == ""
+    assert documented_default(rows[3][1], "make", 0) is None
+    assert makefile_defaults("A ?= 1\nB ?=\nC ?= $(shell x)\nD := 2\n") == {
+        "A": "1",
+        "B": "",
+        "C": "$(shell x)",
+    }
+    assert compose_defaults("image: ${IMAGE:-yolo-rig:${STACK:-cu121}}\n  p: ${P:-}\n") == {
+        "IMAGE": "yolo-rig:${STACK:-cu121}",
+        "STACK": "cu121",
+        "P": "",
+    }
+    source = (
+        "T_S = 30 * 60\nG = 'RIG_G'\ndef f(environ):\n    environ.get('RIG_A', '60')\n"
+        "    _seconds(environ, 'RIG_T', T_S, 60, 86400)\n    os.getenv(G, 1.0)\n"
+    )
+    assert code_defaults(source) == {"RIG_A": {"60"}, "RIG_T": {"1800"}, "RIG_G": {"1"}}
+    assert dockerfile_defaults('ENV A=1 \\\n    B="x y" \\\n    C=${D}\n') == {"A": "1", "B": "x y"}
+
+
+def test_each_variable_is_in_the_reference_once(reference: str) -> None:
+    seen: dict[str, int] = {}
+    for names, _ in variable_rows(reference):
+        for name in names:
+            seen[name] = seen.get(name, 0) + 1
+    assert seen, "found no `| Variable |` table in docs/reference.md: the parser is broken"
+    twice = sorted(n for n, count in seen.items() if count > 1)
+    assert not twice, f"variables in more than one row of docs/reference.md (give each one row): {twice}"
+
+
+def _differences(reference: str, source: str, defaults: dict[str, str]) -> tuple[int, list[str]]:
+    checked, wrong = 0, []
+    for names, cell in variable_rows(reference):
+        for i, name in enumerate(names):
+            if name not in defaults or "$" in defaults[name]:
+                continue
+            said = documented_default(cell, source, i)
+            if said is None:
+                wrong.append(
+                    f"{name}: {source} says {defaults[name]!r}, the reference gives no value: {cell!r}"
+                )
+                continue
+            checked += 1
+            if said != defaults[name]:
+                wrong.append(f"{name}: {source} says {defaults[name]!r}, the reference {said!r}")
+    return checked, wrong
+
+
+def test_make_and_compose_defaults_are_the_references(reference: str) -> None:
+    """Each default docs/reference.md gives is the Makefile's (VAR ?= default) and compose's
+    (${VAR:-default}); a change to either without the page fails here."""
+    make = makefile_defaults((REPO / "Makefile").read_text())
+    compose: dict[str, str] = {}
+    for path in sorted(REPO.glob("compose*.yaml")):
+        compose.update(compose_defaults(path.read_text()))
+    checked_make, wrong_make = _differences(reference, "make", make)
+    checked_compose, wrong_compose = _differences(reference, "compose", compose)
+    assert not wrong_make + wrong_compose, "defaults that differ:\n" + "\n".join(wrong_make + wrong_compose)
+    assert checked_make >= 20 and checked_compose >= 10, (checked_make, checked_compose)
+
+
+def test_container_defaults_are_the_codes(reference: str) -> None:
+    """The defaults of the variables the container reads, against the code that reads them and the
+    Dockerfile's ENV: where the code gives a variable literal defaults, the reference names one."""
+    code: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for name, values in code_defaults(path.read_text()).items():
+            code.setdefault(name, set()).update(values)
+    for name, value in dockerfile_defaults((REPO / "Dockerfile").read_text()).items():
+        code.setdefault(name, set()).add(_same(value))
+    checked, wrong = 0, []
+    for names, cell in variable_rows(reference):
+        for i, name in enumerate(names):
+            said = documented_default(cell.split("(")[0], "container", i)
+            if name not in code or not said:
+                continue
+            checked += 1
+            if _same(said) not in code[name]:
+                wrong.append(
+                    f"{name}: the code's defaults are {sorted(code[name])}, the reference says {said!r}"
+                )
+    assert not wrong, "defaults that differ:\n" + "\n".join(wrong)
+    assert checked >= 15, f"only {checked} defaults compared: the scan is broken"
+
+
+def named_files(text: str) -> set[str]:
+    """Python files the prose names in code spans, e.g. `launch/job.py` or `tools/measure_cli.py`."""
+    return set(re.findall(r"`((?:[\w.-]+/)*[\w-]+\.py)(?::\w+)?`", _prose_keep_code(text)))
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    """A module the docs point to is where they say (a path relative to the repository, to
+    entrypoint/ or to the package rig/)."""
+    roots = (REPO, REPO / "entrypoint", PACKAGE)
+    # Ours: the repository's folders, the package and its subpackages (not torch/..., ultralytics/...).
+    ours = {p.name for root in roots for p in root.iterdir() if p.is_dir()} | {"rig"}
+    missing = sorted(
+        f"{page.relative_to(REPO)}: {name}"
+        for page in doc_pages()
+        for name in named_files(_read(page))
+        if name.split("/")[0] in ours
+        and not re.search(r"/[A-Z_]+\.py$", name)  # a placeholder: rig/commands/COMMAND.py
+        and not any((root / name).exists() for root in roots)
+    )
+    assert not missing, "files the docs name that do not exist:\n" + "\n".join(missing)
+
+
+def test_benchmarks_open_with_the_current_figures() -> None:
+    """BENCHMARKS.md's first section is one table of the current figures, each with its date and
+    the command that measures it; the runs behind them follow under History."""
+    text = _read(REPO / "BENCHMARKS.md")
+    sections = re.findall(r"^## (.+)$", _prose_keep_code(text), re.M)
+    assert sections[:2] == ["Current figures", "History"], sections[:2]
+    table = text.split("## Current figures", 1)[1].split("## History", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("|") and not line.startswith("| ---")]
+    assert rows[0].split("|")[1:5] == [" what ", " figure ", " date ", " command "], rows[0]
+    undated = []
+    for row in rows[1:]:
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
+        if len(cells) != 4 or not re.search(r"\d{4}-\d{2}-\d{2}", cells[2]) or not cells[3]:
+            undated.append(row)
+    assert len(rows) > 10 and not undated, "rows without a date or a command:\n" + "\n".join(undated)
+
+
+# How the project was made is no part of the product: the docs say what it does and what was measured.
+MAKING = re.compile(
+    r"(?<!ultralytics )\bissues? #?\d+|\bitem \d+\b|\bengineers?\b|\bthis round\b|\bof mine\b"
+    r"|\bthe lead\b|\bworktree\b",
+    re.I,
+)
+
+
+def test_the_docs_speak_of_the_product_not_of_its_making() -> None:
+    found = [
+        f"{page.relative_to(REPO)}:{n}: {line.strip()[:100]}"
+        for page in [*doc_pages(), REPO / "CHANGELOG.md"]
+        for n, line in enumerate(_read(page).splitlines(), 1)
+        if MAKING.search(line)
+    ]
+    assert not found, "words about how the project was made, in user docs:\n" + "\n".join(found)
