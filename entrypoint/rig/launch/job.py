@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rig
-from rig import log, paths, rankenv, safepython
+from rig import log, paths, rankenv, safepython, versions
 from rig.errors import RigError
 from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.topology import Topology, read_topology
-from rig.launch import autoresume, binding, ddp, gpuenv, nodes, trainargs
+from rig.launch import autoresume, binding, ddp, gpuenv, nodes, steplevers, trainargs
 from rig.observe.metrics import config as metrics_config
-from rig.yolo import tuning, ultra
+from rig.yolo import datasets, gpubatch, tuning, ultra
 from rig.yolo.nodecache import prepare
 
 _logger = log.get("launch")
@@ -361,12 +361,75 @@ def _train_args(
     )
     args = trainargs.with_resume(args, runs_dir=_runs_dir())
     args = {**args, "device": device_arg(devices, placed)}
-    args = trainargs.with_batch(args, world, float(ultra.default("batch")))
+    gpus = _gpu_memory(devices, placed)
+    args = trainargs.with_batch(args, world, *_per_gpu_batch(args, gpus, world))
     nranks, rank_cpus = len(placed.bindings), len(placed.bindings[0].cpus)
     decisions = tuning.launch_decisions(
         user_args=args, data=args.get("data"), rank_cpus=rank_cpus, nranks=nranks, world=world
     )
-    return trainargs.with_tuning(args, decisions), lever_env
+    args, step_env = _step_levers(args, gpus[0], cpu=cpu, world=world)
+    return trainargs.with_tuning(args, decisions), {**lever_env, **step_env}
+
+
+def _gpu_memory(devices: Devices, placed: Ranks) -> tuple[list[gpubatch.GpuMemory], str]:
+    """The run's GPUs as NVML sees them (name, memory), read once for the batch and the levers."""
+    if devices.kind != "gpu":
+        return [], f"device={devices.kind}"
+    return gpubatch.read_gpus([r.gpu_bus_id for r in placed.bindings if r.gpu_bus_id])
+
+
+def _per_gpu_batch(
+    args: Mapping[str, str], gpus: tuple[list[gpubatch.GpuMemory], str], world: int
+) -> tuple[float, str | None]:
+    """Without batch=, on GPUs: the per-GPU batch from their memory (rig.yolo.gpubatch); else
+    Ultralytics' default, which trainargs.with_batch spreads over the world."""
+    default = float(ultra.default("batch"))
+    if gpus[1].startswith("device=") or "batch" in args or trainargs.resume_of(args) is not False:
+        return default, None
+    nbs = int(ultra.smart_value(args["nbs"])) if args.get("nbs") else int(ultra.default("nbs"))
+    choice = gpubatch.for_launch(args, *gpus, world, datasets_dir=ultra.datasets_dir(), nbs=nbs)
+    if not choice.measured:  # Ultralytics' default, as without this decision; the line says why
+        _logger.info("batch from the GPUs' memory: %s", choice.reason)
+        return default, None
+    return float(choice.per_gpu), choice.reason
+
+
+def _step_levers(
+    args: dict[str, str], gpus: Sequence[gpubatch.GpuMemory], *, cpu: bool, world: int
+) -> tuple[dict[str, str], dict[str, str]]:
+    """channels_last, CUDA graphs and fused optimizer kernels (rig.launch.steplevers): as `rig bench`
+    measured them on this GPU for this model, image size and batch; one INFO line each."""
+    steplevers.check_fused_arg(args)
+    key = None
+    names = {g.name for g in gpus}
+    if trainargs.resume_of(args) is False and (cpu or len(names) == 1):
+        batch = int(ultra.smart_value(args.get("batch", str(ultra.default("batch")))))
+        key = steplevers.key_for(
+            device="cpu" if cpu else names.pop(),
+            torch=versions.installed_version("torch", versions.dist_info_versions(sys.path)),
+            model=args.get("model", "yolo11n.pt"),
+            imgsz=tuning.imgsz_of(args),
+            batch=max(batch // max(world, 1), 1),
+            amp=not cpu and gpubatch.amp_of(args),
+        )
+    record = steplevers.read_record(key, steplevers.record_dir()) if key else None
+    run_steps = None
+    if record and key and args.get("data"):  # the images are counted only where a record needs them
+        epochs = ultra.smart_value(args["epochs"]) if args.get("epochs") else ultra.default("epochs")
+        images = datasets.count_train_images(args["data"], ultra.datasets_dir())
+        run_steps = steplevers.run_steps(epochs, images, key.batch, world)
+    decided = steplevers.decide(
+        args,
+        record,
+        key=key,
+        cpu=cpu,
+        world=world,
+        run_steps=run_steps,
+        follow=steplevers.following(os.environ),
+    )
+    for line in steplevers.describe(decided.choices):
+        _logger.info("%s", line)
+    return decided.args, decided.env
 
 
 def _train_launch(

@@ -97,9 +97,12 @@ def default_batch(user_args: Mapping[str, str], world: int, per_gpu: float) -> t
     )
 
 
-def with_batch(args: dict[str, str], world: int, per_gpu: float) -> dict[str, str]:
-    """default_batch applied, said in one INFO line."""
+def with_batch(args: dict[str, str], world: int, per_gpu: float, why: str | None = None) -> dict[str, str]:
+    """default_batch applied, said in one INFO line. why: per_gpu was decided for this run (from the
+    GPUs' memory, rig.yolo.gpubatch), so it applies to one rank too."""
     batch = default_batch(args, world, per_gpu)
+    if why is not None and "batch" not in args and resume_of(args) is False:
+        batch = int(per_gpu) * world, why
     if batch is None:
         return args
     _logger.info("batch=%d: %s", *batch)
