@@ -126,6 +126,19 @@ def test_bench_quick_on_cpu_writes_json(containers: Any) -> None:
     assert res["loader"]["ours"]["cache"] == "ram" and res["loader"]["stock"]["cache"] is False
     assert res["compile_used"] is False and res["step_compiled_img_s"] is None
     assert "bottleneck:" in logs
+    # The step with each lever, from the same weights on the same batches, its losses against AMP's noise
+    # (bfloat16 against fp32 on the CPU); CUDA graphs need a GPU.
+    step = res["step"]
+    assert res["batch"] == 16 and step["batch"] == 16 and step["amp_noise"] > 0
+    levers = {lv["name"]: lv for lv in step["levers"]}
+    assert list(levers) == ["channels_last", "fused_optimizer", "cuda_graphs"]
+    for name in ("channels_last", "fused_optimizer"):
+        assert levers[name]["img_s"] > 0 and levers[name]["equal"] is True, levers[name]
+    assert levers["fused_optimizer"]["note"].startswith("SGD on multi-tensor (foreach) kernels")
+    assert levers["cuda_graphs"]["img_s"] is None and levers["cuda_graphs"]["note"] == "CUDA graphs need a GPU"
+    # Recorded where `rig train device=cpu` reads it (the cache volume), and said so.
+    assert res["levers_record"] == "/cache/levers/cpu-torch2.3.1-yolo11n-320px-b16-fp32.json", res
+    assert "levers: measured for rig train in /cache/levers/" in logs
 
 
 def test_demo_data_is_idempotent_and_never_clobbers(containers: Any) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
+from rig.launch import steplevers
 from rig.observe.bench import BenchOptions, compile_blocker, format_table, run_bench
 from rig.observe.bench.results import PARTS
 from rig.yolo import ultra
@@ -45,7 +46,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         source_size=args.source_size,
         deterministic=args.deterministic,
         ranks=args.ranks,
-        levers=args.levers,
+        levers=tuple(args.levers),
         equal_steps=args.equal_steps,
         parts=tuple(args.parts),
         record=args.record,
@@ -75,6 +76,13 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 1")
     return value
+
+
+def _levers(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names or any(n not in steplevers.LEVERS for n in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: give some of {','.join(steplevers.LEVERS)}")
+    return names
 
 
 def _parts(text: str) -> list[str]:
@@ -116,11 +124,13 @@ def register(sub: Any) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the model for the step measure")
     p.add_argument(
         "--levers",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="the step with channels_last, fused optimizer kernels and CUDA graphs, each against eager "
-        "(default: on; rig train follows what it measures)",
+        type=_levers,
+        default=list(steplevers.LEVERS),
+        metavar="LIST",
+        help="the step with each of these levers against eager, comma-separated (default all: "
+        f"{','.join(steplevers.LEVERS)}; rig train follows what it measures)",
     )
+    p.add_argument("--no-levers", dest="levers", action="store_const", const=[], help="the eager step alone")
     p.add_argument(
         "--equal-steps",
         type=_positive,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rig
-from rig import log, paths, rankenv, safepython, versions
+from rig import log, paths, rankenv, safepython
 from rig.errors import RigError
 from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.topology import Topology, read_topology
@@ -406,7 +406,7 @@ def _step_levers(
         batch = int(ultra.smart_value(args.get("batch", str(ultra.default("batch")))))
         key = steplevers.key_for(
             device="cpu" if cpu else names.pop(),
-            torch=versions.installed_version("torch", versions.dist_info_versions(sys.path)),
+            torch=steplevers.torch_version(),
             model=args.get("model", "yolo11n.pt"),
             imgsz=tuning.imgsz_of(args),
             batch=max(batch // max(world, 1), 1),

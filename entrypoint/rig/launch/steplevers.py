@@ -25,12 +25,13 @@ import json
 import os
 import re
 import stat
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rig import flags, paths
+from rig import flags, paths, versions
 from rig.errors import RigError
 from rig.yolo import ultra
 from rig.yolo.nodecache import imagecache
@@ -249,6 +250,12 @@ def read_record(key: LeverKey, folder: Path) -> LeverRecord | None:
     finally:
         os.close(fd)
     return record if record.key == key else None
+
+
+def torch_version() -> str:
+    """torch's version as installed (its package metadata, without importing it): the one spelling the
+    bench and the launch both key records by."""
+    return versions.installed_version("torch", versions.dist_info_versions(sys.path))
 
 
 def model_stem(model: str) -> str:

@@ -293,7 +293,7 @@ def run_bench(data: str | None, *, batch: int, imgsz: int) -> tuple[BenchResult 
             quick=True,
             batch=batch,
             imgsz=imgsz,
-            levers=False,
+            levers=(),
             parts=("loader", "tail", "step", "run"),
             record=False,
         )

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from rig import cli, versions
+from rig import cli
 from rig.launch import steplevers
 from rig.launch.steplevers import LeverKey, LeverRecord, Measured
 
@@ -217,8 +217,7 @@ def test_rig_train_follows_the_benchs_record_for_its_gpu_model_and_batch(
         "INFO launch: channels_last, cuda_graphs, fused_optimizer: Ultralytics' default: not measured" in err
     )
 
-    torch = versions.installed_version("torch", versions.dist_info_versions(sys.path))
-    key = LeverKey("NVIDIA H200", torch, "yolo11n", 640, 64, True)
+    key = LeverKey("NVIDIA H200", steplevers.torch_version(), "yolo11n", 640, 64, True)
     steplevers.write_record(_record(SLOWER, FUSED, GRAPHS, key=key), steplevers.record_dir())
     env, args, err = _dry_run(base, capsys)
     assert args["channels_last"] == "False" and env["RIG_FUSED_OPTIMIZER"] == "1"

@@ -467,7 +467,7 @@ def test_bench_runs_rig_bench_quick_on_the_given_data(monkeypatch: pytest.Monkey
             quick=True,
             batch=32,
             imgsz=320,
-            levers=False,
+            levers=(),
             parts=("loader", "tail", "step", "run"),
             record=False,
         )

@@ -97,7 +97,7 @@ def lever_key(opts: BenchOptions, device: Any, batch: int) -> steplevers.LeverKe
     cuda = device.type == "cuda"
     return steplevers.key_for(
         device=torch.cuda.get_device_name(device) if cuda else "cpu",
-        torch=str(torch.__version__),
+        torch=steplevers.torch_version(),
         model=opts.model,
         imgsz=opts.imgsz,
         batch=batch,

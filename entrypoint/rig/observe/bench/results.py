@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rig.errors import RigError
+from rig.launch import steplevers
 from rig.observe import cachebench
 from rig.observe.telemetry import StepTotals
 from rig.yolo import ultra
@@ -36,7 +37,7 @@ class BenchOptions:
     # cache=ram with this many ranks at once, stock against the node image cache (rig.observe.cachebench);
     # None: the ranks `rig train` would start (skipped by --quick), 0: not measured.
     ranks: int | None = None
-    levers: bool = True  # the step with each lever (rig.launch.steplevers) beside eager
+    levers: tuple[str, ...] = steplevers.LEVERS  # the step with each of these beside eager; (): none
     equal_steps: int | None = None  # steps whose losses are compared; None: 50 on a GPU, fewer on the CPU
     parts: tuple[str, ...] = ("loader", "tail", "step", "run", "stock")  # what to measure
     record: bool = True  # write the levers' measurement where `rig train` reads it

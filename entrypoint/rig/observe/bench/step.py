@@ -235,6 +235,8 @@ def measure(
         ("fused_optimizer", Variant("fused_optimizer", amp=use_amp, fused=True)),
         ("cuda_graphs", Variant("cuda_graphs", amp=use_amp, compile_mode=steplevers.GRAPHS_MODE)),
     ):
+        if name not in opts.levers:  # left out (--levers): not in the record, rig train keeps Ultralytics'
+            continue
         levers.append(_lever(name, variant, shared, eager, noise, equal, steps, warmup, device))
     chosen = choose(levers, eager.img_s)
     chosen_img_s = None
