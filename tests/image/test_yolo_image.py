@@ -135,7 +135,8 @@ def test_bench_quick_on_cpu_writes_json(containers: Any) -> None:
     for name in ("channels_last", "fused_optimizer"):
         assert levers[name]["img_s"] > 0 and levers[name]["equal"] is True, levers[name]
     assert levers["fused_optimizer"]["note"].startswith("SGD on multi-tensor (foreach) kernels")
-    assert levers["cuda_graphs"]["img_s"] is None and levers["cuda_graphs"]["note"] == "CUDA graphs need a GPU"
+    assert levers["cuda_graphs"]["img_s"] is None
+    assert levers["cuda_graphs"]["note"] == "CUDA graphs need a GPU"
     # Recorded where `rig train device=cpu` reads it (the cache volume), and said so.
     assert res["levers_record"] == "/cache/levers/cpu-torch2.3.1-yolo11n-320px-b16-fp32.json", res
     assert "levers: measured for rig train in /cache/levers/" in logs

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -162,7 +163,11 @@ def test_a_record_round_trips_and_is_found_by_its_key(tmp_path: Path) -> None:
 def test_a_record_that_is_not_one_is_none_never_a_hang(tmp_path: Path) -> None:
     path = tmp_path / f"{KEY.slug()}.json"
     os.mkfifo(path)  # a FIFO with no writer: opening it for reading would block
-    assert steplevers.read_record(KEY, tmp_path) is None
+    read: list[LeverRecord | None] = []
+    reader = threading.Thread(target=lambda: read.append(steplevers.read_record(KEY, tmp_path)), daemon=True)
+    reader.start()
+    reader.join(timeout=10)  # a regression fails here instead of hanging (a daemon thread is left behind)
+    assert read == [None]
     path.unlink()
     target = tmp_path / "elsewhere.json"
     steplevers.write_record(_record(GOOD), tmp_path)

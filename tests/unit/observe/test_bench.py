@@ -7,12 +7,13 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from rig import cli
 from rig.errors import RigError
 from rig.observe import bench, telemetry
-from rig.observe.bench import realrun, results, tail
+from rig.observe.bench import measure, realrun, results, tail
 from rig.observe.bench.results import LeverStep, StepResult
 from rig.observe.telemetry import StepTotals
 
@@ -243,3 +244,26 @@ def test_bad_bench_options_are_one_line(
     with pytest.raises(SystemExit) as exit_:
         cli.main(["bench", *argv])
     assert exit_.value.code == 2 and error in capsys.readouterr().err
+
+
+def test_the_benchs_gpu_is_read_from_nvml_as_the_launcher_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bench's cuda:1 under CUDA_VISIBLE_DEVICES=4,5 is NVML's GPU 5: its name and memory key the record
+    # and size the batch, as `rig train` reads them (NVML, before any CUDA context).
+    gpus = [
+        FakeGpu(name=f"GPU {i}", bus_id=f"0000:{0x18 + i:02x}:00.0", mem_total=(i + 1) << 30)
+        for i in range(6)
+    ]
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(gpus))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    monkeypatch.delenv("RIG_RUN_GPUS", raising=False)
+    gpu = measure.gpu_memory(SimpleNamespace(index=1))
+    assert gpu is not None and (gpu.name, gpu.total) == ("GPU 5", 6 << 30)
+    assert measure.gpu_memory(SimpleNamespace(index=2)) is None  # no such CUDA device
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(init_error=9))
+    assert measure.gpu_memory(SimpleNamespace(index=0)) is None
+    cuda = SimpleNamespace(type="cuda", index=0)
+    assert measure.decide_batch(bench.BenchOptions(), cuda, {}, None) == (
+        16,
+        "Ultralytics' default 16 (NVML cannot tell the GPU's memory)",
+    )
+    assert measure.decide_batch(bench.BenchOptions(batch=8), cuda, {}, None) == (8, "--batch as given")

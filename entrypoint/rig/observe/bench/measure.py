@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
+from rig.hardware import nvml
 from rig.launch import steplevers
-from rig.observe import cachebench
+from rig.observe import cachebench, telemetry
 from rig.observe.bench import loader, realrun, step, tail
 from rig.observe.bench.results import (
     BenchOptions,
@@ -70,16 +71,33 @@ def plan(opts: BenchOptions, cuda: bool) -> Plan:
     )
 
 
-def decide_batch(opts: BenchOptions, device: Any, data: dict[str, Any]) -> tuple[int, str]:
+def gpu_memory(device: Any) -> gpubatch.GpuMemory | None:
+    """The bench's GPU as NVML sees it, read before this process touches CUDA (as `rig train`'s launcher
+    reads it, before any rank has a context): its name and memory. None without NVML."""
+    with nvml.session() as (lib, _state):
+        if lib is None:
+            return None
+        try:
+            found = dict(telemetry.nvml_run_gpus(lib, os.environ)).get(device.index or 0)
+            if found is None:
+                return None
+            total, free = lib.memory(found.index)
+        except Exception:  # NVML errors, a CUDA_VISIBLE_DEVICES entry naming no GPU
+            return None
+    return gpubatch.GpuMemory(found.name, total, free)
+
+
+def decide_batch(
+    opts: BenchOptions, device: Any, data: dict[str, Any], gpu: gpubatch.GpuMemory | None
+) -> tuple[int, str]:
     """The per-GPU batch: --batch as given, else what `rig train` picks on this GPU (rig.yolo.gpubatch)."""
     if opts.batch is not None:
         return opts.batch, "--batch as given"
     default = int(ultra.default("batch"))
     if device.type != "cuda":
         return default, f"Ultralytics' default {default} (the batch from the GPU's memory needs a GPU)"
-    torch = _imp("torch")
-    free, total = torch.cuda.mem_get_info(device)
-    gpu = gpubatch.GpuMemory(torch.cuda.get_device_name(device), int(total), int(free))
+    if gpu is None:
+        return default, f"Ultralytics' default {default} (NVML cannot tell the GPU's memory)"
     choice = gpubatch.decide(
         model=opts.model,
         imgsz=opts.imgsz,
@@ -92,11 +110,15 @@ def decide_batch(opts: BenchOptions, device: Any, data: dict[str, Any]) -> tuple
     return choice.per_gpu, choice.reason
 
 
-def lever_key(opts: BenchOptions, device: Any, batch: int) -> steplevers.LeverKey:
+def lever_key(
+    opts: BenchOptions, device: Any, batch: int, gpu: gpubatch.GpuMemory | None
+) -> steplevers.LeverKey:
+    """The record's key, spelled as the launcher spells it: the GPU's name from NVML."""
     torch = _imp("torch")
     cuda = device.type == "cuda"
+    name = (gpu.name if gpu else torch.cuda.get_device_name(device)) if cuda else "cpu"
     return steplevers.key_for(
-        device=torch.cuda.get_device_name(device) if cuda else "cpu",
+        device=name,
         torch=steplevers.torch_version(),
         model=opts.model,
         imgsz=opts.imgsz,
@@ -148,7 +170,8 @@ def run_bench(opts: BenchOptions) -> BenchResult:
     data_yaml = loader.bench_data(opts)
     data = ultra.check_dataset(str(data_yaml)) or {}
     n_train = datasets.count_train_images(str(data_yaml), ultra.datasets_dir())
-    batch, batch_reason = decide_batch(opts, device, data)
+    gpu = gpu_memory(device) if device.type == "cuda" else None
+    batch, batch_reason = decide_batch(opts, device, data, gpu)
     _logger.info("batch %d per GPU: %s", batch, batch_reason)
 
     loader_part, ours_ds, ours_settings = loader.measure(data, n_train, opts, p, batch, device.type)
@@ -161,7 +184,7 @@ def run_bench(opts: BenchOptions) -> BenchResult:
     loader_result = _with_tail(loader_part, ours_settings, tail_ms, tail_parts)
     cache = _cache_bench(data, opts, p, batch) if "loader" in opts.parts else None
 
-    key = lever_key(opts, device, batch)
+    key = lever_key(opts, device, batch, gpu)
     steps = StepResult(0.0, batch=batch)
     record_path = None
     if "step" in opts.parts:
