@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
+from rig.observe.bench import tail
 from rig.observe.bench.results import BenchOptions, LoaderResult, Plan
 from rig.yolo import device_augment, overlay, tuning, ultra
 from rig.yolo.nodecache import cached_dataset
@@ -73,7 +74,7 @@ def loader_img_s(dataset: Any, batch: int, workers: int, batches: int, device: s
             next(it)
         n, t0 = 0, time.perf_counter()
         for _ in range(batches):
-            n += int(next(it)["img"].shape[0])
+            n += tail.images_in(next(it))
         return n / (time.perf_counter() - t0)
     finally:
         loader.close()

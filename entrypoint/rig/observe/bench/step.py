@@ -135,7 +135,7 @@ class _Steps:
         note = None
         if v.fused:
             opt, note = optkernels.with_fast_kernels(opt)
-        scaler = torch.cuda.amp.GradScaler(enabled=v.amp and cuda)
+        scaler = _grad_scaler(torch, v.amp and cuda)
         ema = ultra.model_ema(model)
         forward = torch.compile(model, mode=v.compile_mode) if v.compile_mode else None
         batches = [
@@ -183,6 +183,14 @@ class _Steps:
         step_s = (time.perf_counter() - t0) / timed
         values = [float(x) for x in torch.stack(losses).float().cpu().tolist()]
         return Run(values, self.batch / step_s, first, step_s, note)
+
+
+def _grad_scaler(torch: Any, enabled: bool) -> Any:
+    """torch.amp's GradScaler (torch.cuda.amp's warns from torch 2.4 on), or the old one before 2.3."""
+    amp = getattr(torch, "amp", None)
+    if amp is not None and hasattr(amp, "GradScaler"):
+        return amp.GradScaler("cuda", enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled)
 
 
 def _first_line(e: BaseException) -> str:

@@ -35,8 +35,14 @@ def _colour_and_layout(batch: dict[str, Any], device: Any) -> dict[str, Any]:
 PARTS: tuple[TailPart, ...] = (TailPart("colour and layout", _colour_and_layout),)
 
 
+def images_in(batch: dict[str, Any]) -> int:
+    """The images a batch of ours holds (what the loader's and the tail's rates count). The one place the
+    bench reads it: a batch whose images are finished on the device may hand over something else."""
+    return int(batch["img"].shape[0])
+
+
 def _copy(batch: dict[str, Any]) -> dict[str, Any]:
-    """The batch as the loader hands it over, with its own image tensor (the tail works in place)."""
+    """The batch as the loader hands it over, with its own tensors (the tail works in place)."""
     return {k: (v.clone() if hasattr(v, "clone") else v) for k, v in batch.items()}
 
 
@@ -64,7 +70,7 @@ def ms_per_image(batch: dict[str, Any], device: Any) -> tuple[float | None, dict
     (RIG_DEVICE_AUGMENT=0, or a pipeline ours does not change)."""
     if device_augment.KEY not in batch:
         return None, {}
-    images = int(batch["img"].shape[0])
+    images = images_in(batch)
     parts: dict[str, float] = {}
     if len(PARTS) > 1:  # one part is the whole: timed once
         current = _copy(batch)
