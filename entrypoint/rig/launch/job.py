@@ -402,8 +402,10 @@ def _step_levers(
     steplevers.check_fused_arg(args)
     key = None
     names = {g.name for g in gpus}
-    if trainargs.resume_of(args) is False and (cpu or len(names) == 1):
-        batch = int(ultra.smart_value(args.get("batch", str(ultra.default("batch")))))
+    batch = ultra.smart_value(args.get("batch", str(ultra.default("batch"))))
+    # A whole batch the bench can measure at: not AutoBatch's -1 or a fraction, not a resumed run's.
+    measurable = isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1
+    if measurable and trainargs.resume_of(args) is False and (cpu or len(names) == 1):
         key = steplevers.key_for(
             device="cpu" if cpu else names.pop(),
             torch=steplevers.torch_version(),
