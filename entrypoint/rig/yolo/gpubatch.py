@@ -36,10 +36,25 @@ from rig.yolo import datasets, tuning, ultra
 GIB = 1 << 30
 MIB = 1 << 20
 # Per image at 640 px, (AMP, fp32), MiB: tools/measure_activation_bytes.py in the image (torch 2.3.1,
-# Ultralytics 8.4.190, CPU), BENCHMARKS.md "Batch from the GPU's memory". Detection models only: the
-# other tasks' heads and losses (masks, keypoints) were not measured.
-PER_IMAGE_MIB: dict[str, tuple[int, int]] = {}
-PARAMS_M: dict[str, float] = {}  # millions of parameters, from the same measurement
+# Ultralytics 8.4.190, CPU), at 320 px times 4 (activations grow with the pixels; YOLO11s at 640 px),
+# BENCHMARKS.md "The GPU never waits". Detection models only: the other tasks' heads and losses (masks,
+# keypoints) were not measured.
+PER_IMAGE_MIB: dict[str, tuple[int, int]] = {
+    "yolo11n": (152, 292),
+    "yolo11s": (273, 536),
+    "yolo11m": (516, 1020),
+    "yolo11l": (648, 1288),
+    "yolo11x": (952, 1896),
+    "yolo26n": (172, 328),
+}
+PARAMS_M: dict[str, float] = {  # millions of parameters, from the same measurement
+    "yolo11n": 2.6,
+    "yolo11s": 9.5,
+    "yolo11m": 20.1,
+    "yolo11l": 25.4,
+    "yolo11x": 57.0,
+    "yolo26n": 2.6,
+}
 FRACTION = 0.6  # of the free memory, as Ultralytics' AutoBatch plans (its default fraction)
 CONTEXT_MIB = 1024  # the CUDA context, cuBLAS and cuDNN handles: taken before any tensor
 BYTES_PER_PARAM = 20  # fp32 weights, gradients, two optimizer moments (AdamW) and the EMA copy

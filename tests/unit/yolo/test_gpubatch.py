@@ -36,7 +36,7 @@ EXPECTED = {
     (16, "yolo11n"): 32, (24, "yolo11n"): 64, (80, "yolo11n"): 64, (141, "yolo11n"): 64,
     (16, "yolo11s"): 16, (24, "yolo11s"): 32, (80, "yolo11s"): 64, (141, "yolo11s"): 64,
     (16, "yolo11m"): 8, (24, "yolo11m"): 16, (80, "yolo11m"): 64, (141, "yolo11m"): 64,
-    (16, "yolo11x"): 4, (24, "yolo11x"): 8, (80, "yolo11x"): 32, (141, "yolo11x"): 32,
+    (16, "yolo11x"): 4, (24, "yolo11x"): 8, (80, "yolo11x"): 32, (141, "yolo11x"): 64,
 }  # fmt: skip
 
 
@@ -62,7 +62,9 @@ def test_the_reason_names_the_bound_and_the_optimizer_steps() -> None:
 
 def test_more_memory_never_means_a_smaller_batch_and_bigger_images_a_bigger_one() -> None:
     for model in ("yolo11n", "yolo11s", "yolo11m", "yolo11x"):
-        batches = [gpubatch.decide(model=model, imgsz=640, gpus=[_gpu(s)], world=1, nbs=64).per_gpu for s in CARDS]
+        batches = [
+            gpubatch.decide(model=model, imgsz=640, gpus=[_gpu(s)], world=1, nbs=64).per_gpu for s in CARDS
+        ]
         assert batches == sorted(batches), (model, batches)
         sizes = [
             gpubatch.decide(model=model, imgsz=imgsz, gpus=[_gpu(16)], world=1, nbs=64).per_gpu
@@ -106,7 +108,9 @@ def test_the_gpus_are_read_by_bus_id_through_nvml() -> None:
     fake = FakeNvml(
         [
             FakeGpu(name="NVIDIA H200", bus_id="00000000:18:00.0", mem_used=[GIB]),
-            FakeGpu(name="NVIDIA H100 80GB HBM3", bus_id="00000000:3B:00.0", mem_total=80 * GIB, mem_used=[0]),
+            FakeGpu(
+                name="NVIDIA H100 80GB HBM3", bus_id="00000000:3B:00.0", mem_total=80 * GIB, mem_used=[0]
+            ),
         ]
     )
     found, state = gpubatch.read_gpus(["0000:3b:00.0"], fake)
@@ -127,7 +131,10 @@ def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     fs = FakeSys(root).node(0, "0-7").online("0-7")
     for i in range(2):
         fs.gpu(bus(i), 0, "0-7")
-    gpus = [FakeGpu(name="NVIDIA GeForce RTX 4090", bus_id=bus(i), mem_total=24 * GIB, mem_used=[GIB]) for i in range(2)]
+    gpus = [
+        FakeGpu(name="NVIDIA GeForce RTX 4090", bus_id=bus(i), mem_total=24 * GIB, mem_used=[GIB])
+        for i in range(2)
+    ]
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(gpus))
     monkeypatch.setenv("RIG_CACHE_DIR", str(tmp_path / "cache"))
     return ["--sysfs-root", str(root), "--gpu-bus-ids", ",".join(bus(i) for i in range(2))]
@@ -147,13 +154,17 @@ def test_rig_train_without_batch_takes_it_from_the_gpus_memory(
     base = [*two_gpus, "data=x.yaml", f"project={tmp_path / 'runs'}"]
     batch, err = _batch([*base, "--gpus", "1", "model=yolo11s.yaml"], capsys)
     assert batch == "32"
-    assert "INFO launch: batch=32: NVIDIA GeForce RTX 4090 has 23.0 GiB free; yolo11s at 640 px with AMP" in err
-    batch, err = _batch([*base, "model=yolo11s.yaml"], capsys)  # two GPUs: 32 in all, 16 each
-    assert batch == "32" and "16 per GPU, bounded by nbs=64 over 2 GPUs" in err
+    assert (
+        "INFO launch: batch=32: NVIDIA GeForce RTX 4090 has 23.0 GiB free; yolo11s at 640 px with AMP" in err
+    )
+    batch, err = _batch([*base, "model=yolo11s.yaml"], capsys)  # two GPUs: 32 each, nbs in all
+    assert batch == "64" and "32 per GPU, bounded by nbs=64 over 2 GPUs" in err
     # A user's batch is kept as given; so are AutoBatch's -1 and a resumed run's.
     for given in ("batch=8", "batch=-1"):
         batch, err = _batch([*base, "--gpus", "1", "model=yolo11s.yaml", given], capsys)
         assert batch == given.split("=")[1] and "INFO launch: batch=" not in err
     # A model without a figure: Ultralytics' default per GPU, and why.
     batch, err = _batch([*base, "model=yolo11s-seg.yaml"], capsys)
-    assert batch == "32" and "INFO launch: batch from the GPUs' memory: Ultralytics' default 16 per GPU" in err
+    assert (
+        batch == "32" and "INFO launch: batch from the GPUs' memory: Ultralytics' default 16 per GPU" in err
+    )
