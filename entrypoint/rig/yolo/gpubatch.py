@@ -46,6 +46,7 @@ PER_IMAGE_MIB: dict[str, tuple[int, int]] = {
     "yolo11l": (648, 1288),
     "yolo11x": (952, 1896),
     "yolo26n": (172, 328),
+    "yolo26s": (276, 540),
 }
 PARAMS_M: dict[str, float] = {  # millions of parameters, from the same measurement
     "yolo11n": 2.6,
@@ -54,6 +55,7 @@ PARAMS_M: dict[str, float] = {  # millions of parameters, from the same measurem
     "yolo11l": 25.4,
     "yolo11x": 57.0,
     "yolo26n": 2.6,
+    "yolo26s": 10.0,
 }
 FRACTION = 0.6  # of the free memory, as Ultralytics' AutoBatch plans (its default fraction)
 CONTEXT_MIB = 1024  # the CUDA context, cuBLAS and cuDNN handles: taken before any tensor
@@ -88,6 +90,14 @@ def model_key(model: str) -> str | None:
     """yolo11n for yolo11n.pt, /weights/yolo11n.yaml...; None for a model without a measured figure."""
     stem = Path(model).stem.lower()
     return stem if _MODEL_NAME.match(stem) and stem in PER_IMAGE_MIB else None
+
+
+def measured_models() -> str:
+    """The models with a figure, by family: yolo11n/s/m/l/x, yolo26n/s."""
+    families: dict[str, list[str]] = {}
+    for key in PER_IMAGE_MIB:
+        families.setdefault(key[:-1], []).append(key[-1])
+    return ", ".join(f"{family}{'/'.join(scales)}" for family, scales in families.items())
 
 
 def image_bytes(key: str, imgsz: int, amp: bool, nc: int) -> int:
@@ -130,7 +140,7 @@ def decide(
         return BatchChoice(
             default,
             f"Ultralytics' default {default} per GPU: no memory figure for {Path(model).name} (measured: "
-            f"YOLO11, YOLOv8 and YOLO26 detection, n to x); give batch= to use more of the GPU",
+            f"{measured_models()}); give batch= to use more of the GPU",
             False,
         )
     if not gpus:

@@ -168,3 +168,8 @@ def test_rig_train_without_batch_takes_it_from_the_gpus_memory(
     assert (
         batch == "32" and "INFO launch: batch from the GPUs' memory: Ultralytics' default 16 per GPU" in err
     )
+
+
+def test_the_line_for_a_model_without_a_figure_names_those_with_one() -> None:
+    choice = gpubatch.decide(model="yolov5s.pt", imgsz=640, gpus=[_gpu(80)], world=1, nbs=64)
+    assert "(measured: yolo11n/s/m/l/x, yolo26n/s" in choice.reason
