@@ -158,8 +158,12 @@ def summarize(out: Path, work: Path, images: int) -> dict[str, Any]:
 
 
 def lines(result: Mapping[str, Any]) -> list[str]:
-    def fmt(v: float | None, spec: str = ".0f") -> str:
-        return "n/a" if v is None else format(v, spec)
+    from rig.observe.bench.results import rate  # three significant digits, as rig bench prints them
+
+    def fmt(v: float | None, spec: str = "rate") -> str:
+        if v is None:
+            return "n/a"
+        return rate(v) if spec == "rate" else format(v, spec)
 
     out = []
     for name, b in result["bench"].items():
@@ -173,8 +177,8 @@ def lines(result: Mapping[str, Any]) -> list[str]:
     for name, r in result["runs"].items():
         out.append(
             f"run {name}: batch {r['batch']}, {r['steps']} steps measured: {fmt(r['img_s_wall'])} img/s "
-            f"(steps alone {fmt(r['img_s_steps'])}), GPU busy {fmt(r['busy_pct'])} %, data wait "
-            f"{fmt(r['data_wait'] and 100 * r['data_wait'])} %"
+            f"(steps alone {fmt(r['img_s_steps'])}), GPU busy {fmt(r['busy_pct'], '.0f')} %, data wait "
+            f"{fmt(r['data_wait'] and 100 * r['data_wait'], '.0f')} %"
         )
     for name, t in result["targets_yolo11n_640"].items():
         state = {True: "MET", False: "NOT MET", None: "not measured"}[t["met"]]
