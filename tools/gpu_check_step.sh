@@ -125,7 +125,7 @@ stock() { # model limit: yolo train as its CLI runs it, timed by telemetry
 
 first=${MODELS%% *}
 last=${MODELS##* }
-bench "$first" 200
+bench "$first" 240
 ours "$first" 80 "ours-$first"
 stock "$first" 80
 if [ "$last" != "$first" ]; then

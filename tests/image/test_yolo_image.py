@@ -126,10 +126,10 @@ def test_bench_quick_on_cpu_writes_json(containers: Any) -> None:
     assert res["loader"]["ours"]["cache"] == "ram" and res["loader"]["stock"]["cache"] is False
     assert res["compile_used"] is False and res["step_compiled_img_s"] is None
     assert "bottleneck:" in logs
-    # The step with each lever, from the same weights on the same batches, its losses against AMP's noise
-    # (bfloat16 against fp32 on the CPU); CUDA graphs need a GPU.
+    # The step with each lever, from the same weights on the same batches, its losses within the CPU's
+    # bound (0.1 %: no AMP on the CPU); CUDA graphs need a GPU.
     step = res["step"]
-    assert res["batch"] == 16 and step["batch"] == 16 and step["amp_noise"] > 0
+    assert res["batch"] == 16 and step["batch"] == 16 and step["amp_noise"] == 1e-3
     levers = {lv["name"]: lv for lv in step["levers"]}
     assert list(levers) == ["channels_last", "fused_optimizer", "cuda_graphs"]
     for name in ("channels_last", "fused_optimizer"):

@@ -101,7 +101,7 @@ class StepResult:
     compile_used: bool = False
     compile_note: str | None = None
     levers: tuple[LeverStep, ...] = ()
-    amp_noise: float | None = None  # AMP's own deviation from fp32 over the compared steps
+    amp_noise: float | None = None  # AMP's own deviation from fp32 over the compared steps (CPU: a bound)
     equal_steps: int = 0
     chosen: tuple[str, ...] = ()  # the levers `rig train` would switch on from this measurement
     chosen_img_s: float | None = None  # the step with all of them

@@ -14,9 +14,9 @@ def _lever_row(lever: LeverStep, step: StepResult) -> tuple[str, str, str]:
     if lever.img_s is None or lever.gain is None:
         return label, "-", lever.note or "not measured"
     losses = (
-        f"losses within AMP's noise ({lever.loss_delta:.2%} <= {step.amp_noise:.2%})"
+        f"losses within noise ({lever.loss_delta:.2%} <= {step.amp_noise:.2%})"
         if lever.equal
-        else f"losses off by {lever.loss_delta:.2%}, beyond AMP's noise {step.amp_noise:.2%}"
+        else f"losses off by {lever.loss_delta:.2%}, beyond the noise {step.amp_noise:.2%}"
     )
     setup = f"; first step +{lever.setup_s:.1f} s" if lever.setup_s >= 1 else ""
     used = "rig train: on" if lever.name in step.chosen else "rig train: off"
