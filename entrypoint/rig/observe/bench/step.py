@@ -37,7 +37,7 @@ from rig.yolo import device_augment, optkernels, ultra
 _logger = log.get("bench")
 Chooser = Callable[[Sequence[LeverStep], float], tuple[str, ...]]
 NOMINAL_BATCH = 64  # Ultralytics' nbs: the step accumulates gradients up to it
-# Steps whose losses are compared; on the CPU, where a step of YOLO11n at 640 px takes seconds, the timed ones.
+# Steps whose losses are compared; on the CPU (a step of YOLO11n at 640 px: seconds) the timed ones.
 GPU_EQUAL_STEPS = 50
 CPU_NOISE = 1e-3  # relative: the bound of a lever's losses on the CPU (see the module's docstring)
 
