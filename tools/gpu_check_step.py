@@ -171,8 +171,9 @@ def lines(result: Mapping[str, Any]) -> list[str]:
         for lv in b["levers"] or []:
             gain = "not measured" if lv["gain"] is None else f"x{lv['gain']:.2f}"
             eq = "" if lv["equal"] is None else (" losses equal" if lv["equal"] else " LOSSES DIFFER")
-            out.append(f"  {lv['name']}: {gain}{eq} ({lv.get('note') or ''})")
-        if b["chosen"]:
+            note = f" ({lv['note']})" if lv.get("note") else ""
+            out.append(f"  {lv['name']}: {gain}{eq}{note}")
+        if b["chosen"] and b["chosen_img_s"] is not None:  # measured together where more than one
             out.append(f"  chosen {'+'.join(b['chosen'])}: {fmt(b['chosen_img_s'])} img/s")
     for name, r in result["runs"].items():
         out.append(
