@@ -118,7 +118,7 @@ def test_bench_quick_on_cpu_writes_json(containers: Any) -> None:
         "rig bench --quick --imgsz 320 --train-images 96 --source-size 640x360"
         " --json /tmp/b.json >&2 && cat /tmp/b.json"
     )
-    # 420 s: the step's levers (channels_last, the optimizer's kernels) each run the step again (+60 s of CPU).
+    # 420 s: the step's levers (channels_last, the optimizer's kernels) each run the step again (+60 s CPU).
     rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=420, network_mode="none", shm_size="1g")
     assert rc == 0, logs[-3000:]
     res = json.loads(logs[logs.rindex('{\n  "loader"') :])

@@ -190,6 +190,63 @@ def decide(
     return StepLevers(args, env, tuple(choices))
 
 
+def launch_key(
+    args: Mapping[str, str],
+    *,
+    gpu_names: Sequence[str],
+    cpu: bool,
+    world: int,
+    torch: str,
+    imgsz: int,
+    amp: bool,
+    default_batch: float,
+    typed: Callable[[str], Any] = ultra.smart_value,
+) -> LeverKey | None:
+    """The record a run would follow: its GPU (all of one name), torch, model, image size, per-GPU batch
+    and precision; None for a run the bench cannot have measured (AutoBatch's -1 or a fraction, a
+    resumed run, GPUs of different kinds)."""
+    batch = typed(args["batch"]) if "batch" in args else default_batch  # one rank: Ultralytics' default
+    if isinstance(batch, float) and batch.is_integer():
+        batch = int(batch)
+    whole = isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1
+    resumed = str(args.get("resume", "")).strip().lower() not in {"", "false", "none"}
+    names = set(gpu_names)
+    if not whole or resumed or not (cpu or len(names) == 1):
+        return None
+    assert isinstance(batch, int)
+    return key_for(
+        device="cpu" if cpu else names.pop(),
+        torch=torch,
+        model=args.get("model", "yolo11n.pt"),
+        imgsz=imgsz,
+        batch=max(batch // max(world, 1), 1),
+        amp=amp and not cpu,
+    )
+
+
+def for_launch(
+    args: Mapping[str, str],
+    *,
+    key: LeverKey | None,
+    records: Sequence[LeverRecord],
+    cpu: bool,
+    world: int,
+    train_images: int | None,
+    default_epochs: int,
+    follow: bool,
+    typed: Callable[[str], Any] = ultra.smart_value,
+) -> StepLevers:
+    """decide() for `rig train`: the record of the run's key among those found, the run's length from
+    its epochs and images."""
+    check_fused_arg(args, typed)
+    record = next((r for r in records if key is not None and r.key == key), None)
+    steps = None
+    if record is not None and key is not None:
+        epochs = typed(args["epochs"]) if args.get("epochs") else default_epochs
+        steps = run_steps(epochs if isinstance(epochs, int) else None, train_images, key.batch, world)
+    return decide(args, record, key=key, cpu=cpu, run_steps=steps, world=world, follow=follow, typed=typed)
+
+
 def fused_wanted(environ: Mapping[str, str]) -> bool:
     """The trainer's side: rebuild the optimizer with fused (or multi-tensor) kernels."""
     return environ.get(FUSED_ENV, "").strip() == "1"
@@ -224,10 +281,28 @@ def write_record(record: LeverRecord, folder: Path) -> Path:
     return path
 
 
+MAX_RECORDS = 256  # read at a launch: a folder of more is someone else's, not a bench's
+
+
+def read_records(folder: Path, torch: str) -> tuple[LeverRecord, ...]:
+    """The records in folder for this torch (the launch picks its key's among them)."""
+    try:
+        names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json"))[:MAX_RECORDS]
+    except OSError:
+        return ()
+    found = (_read(folder / name) for name in names)
+    return tuple(r for r in found if r is not None and r.key.torch == torch)
+
+
 def read_record(key: LeverKey, folder: Path) -> LeverRecord | None:
-    """The record for key; None when there is none. A file that is not a small regular JSON record
-    (a FIFO, a link to one, a huge file, another key) is none, never a hang."""
-    path = folder / f"{key.slug()}.json"
+    """The record for key; None when there is none (see _read)."""
+    record = _read(folder / f"{key.slug()}.json")
+    return record if record is not None and record.key == key else None
+
+
+def _read(path: Path) -> LeverRecord | None:
+    """A file that is not a small regular JSON record (a FIFO, a link to one, a huge file) is none,
+    never a hang."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
@@ -249,7 +324,7 @@ def read_record(key: LeverKey, folder: Path) -> LeverRecord | None:
         return None
     finally:
         os.close(fd)
-    return record if record.key == key else None
+    return record
 
 
 def torch_version() -> str:

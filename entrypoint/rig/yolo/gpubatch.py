@@ -171,21 +171,34 @@ def decide(
 # Discovery
 
 
-def read_gpus(bus_ids: Sequence[str], module: Any | None = None) -> tuple[list[GpuMemory], str]:
-    """The memory of the GPUs with these PCI bus ids, from NVML; ([], why) when it cannot tell."""
+def read_all(module: Any | None = None) -> tuple[dict[str, GpuMemory], str]:
+    """Every GPU's name and memory, by PCI bus id (sysfs's spelling), from NVML; ({}, why) when it
+    cannot tell."""
     with nvml.session(module) as (lib, state):
         if lib is None:
-            return [], state
+            return {}, state
         try:
-            wanted = {normalize_bus_id(b) for b in bus_ids}
-            found = []
+            found = {}
             for gpu in lib.gpus():
-                if normalize_bus_id(lib.pci_bus_id(gpu.index)) in wanted:
-                    total, free = lib.memory(gpu.index)
-                    found.append(GpuMemory(gpu.name, total, free))
+                total, free = lib.memory(gpu.index)
+                found[normalize_bus_id(lib.pci_bus_id(gpu.index))] = GpuMemory(gpu.name, total, free)
         except Exception as e:  # NVML errors: a lost GPU, a driver reload
-            return [], f"NVML cannot read the GPUs' memory ({nvml.describe_error(e)})"
-    return found, "ok" if len(found) == len(wanted) else "NVML does not see every GPU of the run"
+            return {}, f"NVML cannot read the GPUs' memory ({nvml.describe_error(e)})"
+    return found, "ok"
+
+
+def of_run(every: Mapping[str, GpuMemory], state: str, bus_ids: Sequence[str]) -> tuple[list[GpuMemory], str]:
+    """The run's GPUs among every GPU read_all found; ([], why) unless each is there."""
+    wanted = [normalize_bus_id(b) for b in bus_ids]
+    found = [every[b] for b in wanted if b in every]
+    if len(found) < len(wanted):
+        return [], state if state != "ok" else "NVML does not see every GPU of the run"
+    return found, "ok"
+
+
+def read_gpus(bus_ids: Sequence[str], module: Any | None = None) -> tuple[list[GpuMemory], str]:
+    """The memory of the GPUs with these PCI bus ids, from NVML; ([], why) when it cannot tell."""
+    return of_run(*read_all(module), bus_ids)
 
 
 def classes(data: str | None, datasets_dir: Path) -> int:
@@ -211,11 +224,11 @@ def for_launch(
     gpu_state: str,
     world: int,
     *,
-    datasets_dir: Path,
+    nc: int,
     nbs: int,
     typed: Any = ultra.smart_value,
 ) -> BatchChoice:
-    """decide() for `rig train`'s arguments on the run's GPUs (read_gpus; gpu_state: why none were read)."""
+    """decide() for `rig train`'s arguments on the run's GPUs (of_run; gpu_state: why none were read)."""
     choice = decide(
         model=args.get("model", "yolo11n.pt"),
         imgsz=tuning.imgsz_of(args),
@@ -223,7 +236,7 @@ def for_launch(
         world=world,
         nbs=nbs,
         amp=amp_of(args, typed),
-        nc=classes(args.get("data"), datasets_dir),
+        nc=nc,
     )
     if not gpus and choice.reason.endswith("no GPU memory reading"):
         return BatchChoice(choice.per_gpu, f"{choice.reason} ({gpu_state})", False)

@@ -240,3 +240,19 @@ def test_rig_train_follows_the_benchs_record_for_its_gpu_model_and_batch(
 
     assert cli.main(["train", "--dry-run", *base, "fused_optimizer=maybe"]) == 1
     assert "fused_optimizer=maybe: give True or False" in capsys.readouterr().err
+
+
+def test_a_cpu_run_without_batch_follows_the_record_at_ultralytics_default_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RIG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("RIG_MEASURED_LEVERS", raising=False)
+    cpu_key = LeverKey("cpu", steplevers.torch_version(), "yolo11n", 320, 16, False)
+    steplevers.write_record(_record(GOOD, FUSED, key=cpu_key), steplevers.record_dir())
+    base = ["device=cpu", "data=x.yaml", "model=yolo11n.yaml", "imgsz=320", f"project={tmp_path / 'runs'}"]
+    assert cli.main(["train", "--dry-run", *base]) == 0
+    printed = capsys.readouterr()
+    assert "RIG_FUSED_OPTIMIZER=1" in printed.out and "channels_last" not in printed.out
+    assert (
+        "INFO launch: fused_optimizer: on: x1.10 the eager step (rig bench, 2026-12-01T21:00Z)" in printed.err
+    )
