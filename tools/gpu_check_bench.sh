@@ -73,27 +73,31 @@ within_budget() { # name limit log command...
     return "$rc"
 }
 
-bench() { # name limit rig-bench-arguments
-    local name=$1 limit=$2 args=$3
+# As this check measured before `rig bench` grew the levers and the stock run (tools/gpu_check_step.sh
+# measures those): Ultralytics' batch 16 unless given, the eager step, ours' real run.
+BENCH_AS_BEFORE="--batch 16 --no-levers --parts loader,tail,step,run"
+bench() { # name limit rig-bench-arguments (a later --batch wins)
+    local name=$1 limit=$2 args="$BENCH_AS_BEFORE $3"
     log "bench $name: rig bench $args"
     # shellcheck disable=SC2086  # args are words
     within_budget "$name" "$limit" "$OUT/bench-$name.log" \
         "$PY" -m rig bench $args --json "$OUT/bench-$name.json" || return 0
     "$PY" - "$OUT/bench-$name.json" <<'EOF' | tee -a "$OUT/summary.txt"
 import json, sys
+from rig.observe.bench.results import rate
 r = json.load(open(sys.argv[1]))
 ld, t = r["loader"], r["train"] or {}
 util = t.get("gpu_util_mean")
 print(
-    f"  loader stock {ld['stock_img_s']:.0f} img/s ({ld['stock']}), ours {ld['ours_img_s']:.0f} img/s "
-    f"({ld['ours']}), x{ld['speedup']:.2f}; step eager {r['step_eager_img_s']:.0f} img/s "
-    f"(amp {r['amp_used']}); real run {t.get('img_s', 0):.0f} img/s, GPU util "
+    f"  loader stock {rate(ld['stock_img_s'])} img/s ({ld['stock']}), ours {rate(ld['ours_img_s'])} img/s "
+    f"({ld['ours']}), x{ld['speedup']:.2f}; step eager {rate(r['step_eager_img_s'])} img/s "
+    f"(amp {r['amp_used']}); real run {rate(t.get('img_s', 0))} img/s, GPU util "
     f"{util if util is None else round(util)}%, data wait {t.get('data_wait_fraction', 0):.0%}; "
     f"bottleneck {r['bottleneck']} on {r['device']}"
 )
 if r["compile_used"]:
     print(
-        f"  step compiled {r['step_compiled_img_s']:.0f} img/s "
+        f"  step compiled {rate(r['step_compiled_img_s'])} img/s "
         f"(x{r['step_compiled_img_s'] / r['step_eager_img_s']:.2f} eager), first step {r['compile_s']:.1f} s"
     )
 elif r["compile_note"]:

@@ -11,7 +11,8 @@ import statistics
 
 os.environ.setdefault("YOLO_VERBOSE", "False")
 
-from rig.observe.bench import BenchOptions, _bench_data, _dataset, _loader_img_s
+from rig.observe.bench import BenchOptions
+from rig.observe.bench.loader import bench_data, dataset, loader_img_s
 from ultralytics.data.utils import check_det_dataset
 
 CONFIGS = [("off", False, 2), ("ram", "ram", 1), ("ram", "ram", 2), ("ram", "ram", 3)]
@@ -19,12 +20,13 @@ CONFIGS = [("off", False, 2), ("ram", "ram", 1), ("ram", "ram", 2), ("ram", "ram
 
 def main(rounds: int = 3, batches: int = 40) -> None:
     opts = BenchOptions()
-    data = check_det_dataset(str(_bench_data(opts)))
-    datasets = {"off": _dataset(data, opts, False)[0], "ram": _dataset(data, opts, "ram")[0]}
+    batch = 16
+    data = check_det_dataset(str(bench_data(opts)))
+    datasets = {"off": dataset(data, opts, False, batch)[0], "ram": dataset(data, opts, "ram", batch)[0]}
     rates: dict[tuple[str, int], list[float]] = {(name, w): [] for name, _, w in CONFIGS}
     for r in range(rounds):
         for name, _, workers in CONFIGS if r % 2 == 0 else CONFIGS[::-1]:
-            rates[(name, workers)].append(_loader_img_s(datasets[name], opts, workers, batches, "cpu"))
+            rates[(name, workers)].append(loader_img_s(datasets[name], batch, workers, batches, "cpu"))
     for (name, workers), values in rates.items():
         rounded = [round(v, 1) for v in values]
         median = statistics.median(values)

@@ -97,3 +97,33 @@ def test_sync_bn_converts_the_trainers_model_and_no_checkpoint_keeps_it(containe
         logs,
         re.MULTILINE,
     ), logs[-3000:]
+
+
+def test_the_fused_optimizer_lever_trains_the_same_losses_on_the_cpu(containers: Containers) -> None:
+    # What users run: `rig train ... fused_optimizer=True|False`. On the CPU torch 2.3 has no fused SGD, so
+    # the lever is the multi-tensor kernels; the same seed must give the same losses (within float noise).
+    run = (
+        f"rig train device=cpu data=/tmp/demo/data.yaml model={TINY} epochs=1 imgsz=64 batch=8 optimizer=SGD "
+        "plots=False val=False project=/tmp/runs exist_ok=True workers=2"
+    )
+    cmd = (
+        f"{DEMO} && {run} name=on fused_optimizer=True && {run} name=off fused_optimizer=False && "
+        "tail -n 1 /tmp/runs/on/results.csv /tmp/runs/off/results.csv"
+    )
+    rc, logs = containers.oneshot(
+        ["bash", "-c", cmd], timeout=600, network_mode="none", shm_size="1g", volumes=SCRIPTS_RO
+    )
+    assert rc == 0, logs[-3000:]
+    assert "INFO launch: fused_optimizer: on: fused_optimizer=True as given" in logs
+    assert "INFO launch: fused_optimizer: off: fused_optimizer=False as given" in logs
+    assert re.search(
+        r"^INFO trainer: fused_optimizer: SGD on multi-tensor \(foreach\) kernels: no fused SGD kernel "
+        r"\(cpu, torch 2\.3\.1\S*\)$",
+        logs,
+        re.MULTILINE,
+    ), logs[-3000:]
+    assert logs.count("INFO trainer: fused_optimizer:") == 1  # off: Ultralytics' optimizer, untouched
+    rows = re.findall(r"^\s*1,([^\n]+)$", logs, re.MULTILINE)  # epoch 1 of each results.csv
+    assert len(rows) == 2, logs[-2000:]
+    on, off = ([float(v) for v in row.split(",")[1:4]] for row in rows)  # box, cls, dfl train losses
+    assert on == pytest.approx(off, rel=1e-4), (on, off)

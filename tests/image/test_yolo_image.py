@@ -118,7 +118,8 @@ def test_bench_quick_on_cpu_writes_json(containers: Any) -> None:
         "rig bench --quick --imgsz 320 --train-images 96 --source-size 640x360"
         " --json /tmp/b.json >&2 && cat /tmp/b.json"
     )
-    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=300, network_mode="none", shm_size="1g")
+    # 420 s: the step's levers (channels_last, the optimizer's kernels) each run the step again (+60 s CPU).
+    rc, logs = containers.oneshot(["bash", "-c", cmd], timeout=420, network_mode="none", shm_size="1g")
     assert rc == 0, logs[-3000:]
     res = json.loads(logs[logs.rindex('{\n  "loader"') :])
     assert res["loader"]["stock_img_s"] > 0 and res["loader"]["ours_img_s"] > 0 and res["step_img_s"] > 0
@@ -126,6 +127,20 @@ def test_bench_quick_on_cpu_writes_json(containers: Any) -> None:
     assert res["loader"]["ours"]["cache"] == "ram" and res["loader"]["stock"]["cache"] is False
     assert res["compile_used"] is False and res["step_compiled_img_s"] is None
     assert "bottleneck:" in logs
+    # The step with each lever, from the same weights on the same batches, its losses within the CPU's
+    # bound (0.1 %: no AMP on the CPU); CUDA graphs need a GPU.
+    step = res["step"]
+    assert res["batch"] == 16 and step["batch"] == 16 and step["amp_noise"] == 1e-3
+    levers = {lv["name"]: lv for lv in step["levers"]}
+    assert list(levers) == ["channels_last", "fused_optimizer", "cuda_graphs"]
+    for name in ("channels_last", "fused_optimizer"):
+        assert levers[name]["img_s"] > 0 and levers[name]["equal"] is True, levers[name]
+    assert levers["fused_optimizer"]["note"].startswith("SGD on multi-tensor (foreach) kernels")
+    assert levers["cuda_graphs"]["img_s"] is None
+    assert levers["cuda_graphs"]["note"] == "CUDA graphs need a GPU"
+    # Recorded where `rig train device=cpu` reads it (the cache volume), and said so.
+    assert res["levers_record"] == "/cache/levers/cpu-torch2.3.1-yolo11n-320px-b16-fp32.json", res
+    assert "levers: measured for rig train in /cache/levers/" in logs
 
 
 def test_demo_data_is_idempotent_and_never_clobbers(containers: Any) -> None:

@@ -51,6 +51,7 @@ class FakeGpu:
     reads: int = 0
     minor: int = 0  # /dev/nvidia<minor>
     gpm: dict[int, float] | None = None  # GPM metric id -> percentage; None: no GPM (before Hopper)
+    mem_total: int = 141 << 30  # bytes
 
 
 class FakeNvml:
@@ -123,7 +124,7 @@ class FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, h: FakeGpu) -> Any:
         self._check()
         used = h.mem_used[(h.reads - 1) % len(h.mem_used)]
-        return SimpleNamespace(used=used, total=141 << 30, free=(141 << 30) - used)
+        return SimpleNamespace(used=used, total=h.mem_total, free=h.mem_total - used)
 
     def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:
         self._check()

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
+from rig.launch import steplevers
 from rig.observe.bench import BenchOptions, compile_blocker, format_table, run_bench
+from rig.observe.bench.results import PARTS
 from rig.yolo import ultra
 
 _logger = log.get("bench")
@@ -44,6 +46,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         source_size=args.source_size,
         deterministic=args.deterministic,
         ranks=args.ranks,
+        levers=tuple(args.levers),
+        equal_steps=args.equal_steps,
+        parts=tuple(args.parts),
+        record=args.record,
     )
     if opts.compile and (note := compile_blocker()):
         _logger.warning("compile: %s", note)
@@ -60,6 +66,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
         Path(args.json).write_text(text)
         _logger.info("wrote %s", args.json)
     return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 1")
+    return value
+
+
+def _levers(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names or any(n not in steplevers.LEVERS for n in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: give some of {','.join(steplevers.LEVERS)}")
+    return names
+
+
+def _parts(text: str) -> list[str]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown or not parts:
+        raise argparse.ArgumentTypeError(f"{text!r}: give some of {','.join(PARTS)}")
+    return parts
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -83,10 +114,43 @@ def register(sub: Any) -> None:
         "--model", default="yolo11n.yaml", help="model yaml (random weights; default yolo11n.yaml)"
     )
     p.add_argument("--imgsz", type=int, default=ultra.DEFAULT_IMGSZ, help="image size (default %(default)s)")
-    p.add_argument("--batch", type=int, default=ultra.DEFAULT_BATCH, help="batch size (default %(default)s)")
+    p.add_argument(
+        "--batch",
+        type=_positive,
+        help="per-GPU batch (default: what rig train picks, from the GPU's memory; 16 on the CPU)",
+    )
     p.add_argument("--workers", type=int, help="loader workers for ours (default: decided from the CPUs)")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True, help="mixed precision (GPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model for the step measure")
+    p.add_argument(
+        "--levers",
+        type=_levers,
+        default=list(steplevers.LEVERS),
+        metavar="LIST",
+        help="the step with each of these levers against eager, comma-separated (default all: "
+        f"{','.join(steplevers.LEVERS)}; rig train follows what it measures)",
+    )
+    p.add_argument("--no-levers", dest="levers", action="store_const", const=[], help="the eager step alone")
+    p.add_argument(
+        "--equal-steps",
+        type=_positive,
+        metavar="N",
+        help="steps whose losses each lever must match within AMP's noise (default 50 on a GPU; on the "
+        "CPU the timed steps)",
+    )
+    p.add_argument(
+        "--parts",
+        type=_parts,
+        default=list(PARTS),
+        metavar="LIST",
+        help=f"what to measure, comma-separated (default all: {','.join(PARTS)}; run and stock need a GPU)",
+    )
+    p.add_argument(
+        "--record",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="record the levers' measurement in the cache volume, where rig train reads it (default: on)",
+    )
     p.add_argument(
         "--deterministic",
         action=argparse.BooleanOptionalAction,

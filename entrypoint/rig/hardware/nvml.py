@@ -1,5 +1,5 @@
 """NVML, the NVIDIA driver's management library: rig's one way to ask it (telemetry, `rig doctor`,
-`rig bench`, and the GPU list of rig.hardware.topology).
+`rig bench`, the GPU list of rig.hardware.topology, and the memory `rig train` sizes the batch from).
 
 pynvml (nvidia-ml-py) is imported on first use, and the module is injectable: tests pass a fake
 with the same functions, so neither a GPU nor the package is needed on the host. `session` pairs
@@ -103,6 +103,11 @@ class Nvml:
                 if not _not_supported(m, e):
                     errors.append(f"{name}: {describe_error(e)}")
         return values, errors
+
+    def memory(self, index: int) -> tuple[int, int]:
+        """The GPU's (total, free) framebuffer memory, bytes."""
+        info = self.m.nvmlDeviceGetMemoryInfo(self._handle(index))
+        return int(info.total), int(info.free)
 
     def fb_free_mib(self, index: int) -> float:
         """Framebuffer memory not in use, MiB (what dcgm-exporter's DCGM_FI_DEV_FB_FREE reports)."""

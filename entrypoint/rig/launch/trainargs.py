@@ -16,7 +16,7 @@ from typing import Any
 
 from rig import log
 from rig.errors import RigError
-from rig.launch import ddp, levers
+from rig.launch import ddp, levers, steplevers
 from rig.yolo import tuning
 
 _logger = log.get("launch")
@@ -97,9 +97,12 @@ def default_batch(user_args: Mapping[str, str], world: int, per_gpu: float) -> t
     )
 
 
-def with_batch(args: dict[str, str], world: int, per_gpu: float) -> dict[str, str]:
-    """default_batch applied, said in one INFO line."""
+def with_batch(args: dict[str, str], world: int, per_gpu: float, why: str | None = None) -> dict[str, str]:
+    """default_batch applied, said in one INFO line. why: per_gpu was decided for this run (from the
+    GPUs' memory, rig.yolo.gpubatch), so it applies to one rank too."""
     batch = default_batch(args, world, per_gpu)
+    if why is not None and "batch" not in args and resume_of(args) is False:
+        batch = int(per_gpu) * world, why
     if batch is None:
         return args
     _logger.info("batch=%d: %s", *batch)
@@ -116,6 +119,19 @@ def with_levers(
     for warning in (*decided.warnings, *([rect_warning] if rect_warning else [])):
         _logger.warning("%s", warning)
     return args, decided.env
+
+
+def with_step_levers(
+    args: dict[str, str], decide: Callable[[Mapping[str, str]], steplevers.StepLevers] | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """channels_last, CUDA graphs and fused optimizer kernels as rig.launch.steplevers decides them: the
+    arguments (without rig's own fused_optimizer=) and the trainer's variables, one INFO line each."""
+    if decide is None:
+        return args, {}
+    decided = decide(args)
+    for line in steplevers.describe(decided.choices):
+        _logger.info("%s", line)
+    return decided.args, decided.env
 
 
 def with_tuning(args: Mapping[str, str], decisions: Iterable[tuning.Decision]) -> dict[str, str]:
@@ -236,16 +252,22 @@ def decide(
     runs_dir: Path,
     smart_value: Callable[[str], Any],
     tune: Callable[[Mapping[str, str]], Iterable[tuning.Decision]],
+    per_gpu: Callable[[Mapping[str, str]], tuple[float, str | None]] | None = None,
+    step_levers: Callable[[Mapping[str, str]], steplevers.StepLevers] | None = None,
 ) -> Decided:
     """Every rule above, in order, once: the levers (and rect), the defaults, resume=True's
-    checkpoint, the device, the batch over the world, then the loader's workers and cache (tune:
-    rig.yolo.tuning's decisions for the arguments so far). check_batch comes first, on its own."""
+    checkpoint, the device, the batch over the world (per_gpu: the batch per GPU and why, from the
+    GPUs' memory, else Ultralytics' default), the step's levers (rig.launch.steplevers), then the
+    loader's workers and cache (tune: rig.yolo.tuning's decisions for the arguments so far).
+    check_batch comes first, on its own."""
     args, lever_env = with_levers(user_args, world=world, cpu=cpu, smart_value=smart_value)
     args = with_resume(with_defaults(args, found), newest_last, runs_dir)
-    args = with_batch({**args, "device": device}, world, found.default_batch)
+    args = {**args, "device": device}
+    args = with_batch(args, world, *(per_gpu(args) if per_gpu else (found.default_batch, None)))
+    args, step_env = with_step_levers(args, step_levers)
     return Decided(
         with_tuning(args, tune(args)),
-        lever_env,
+        {**lever_env, **step_env},
         resume_of(args) is not False,
         args.get("exist_ok", "").strip().lower() == "true",
     )

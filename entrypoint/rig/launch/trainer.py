@@ -23,7 +23,7 @@ from typing import Any
 
 from rig import log, rankenv
 from rig.errors import RigError
-from rig.launch import checkpoints, cpuddp, ddp, syncbn
+from rig.launch import checkpoints, cpuddp, ddp, steplevers, syncbn
 from rig.observe import metrics, telemetry
 from rig.yolo import resumable, ultra
 from rig.yolo import trainer as yolo_trainer
@@ -160,6 +160,9 @@ class _LaunchRank:
 
     def use_sync_batchnorm(self, trainer: Any) -> None:
         _use_sync_batchnorm(trainer)
+
+    def fused_optimizer_wanted(self) -> bool:
+        return steplevers.fused_wanted(os.environ)
 
     def keep_frozen_in_eval(self, trainer: Any) -> None:
         syncbn.keep_frozen_in_eval(trainer.model, trainer.freeze_layer_names)

@@ -29,8 +29,8 @@ from rig import log, paths, rankenv, safepython
 from rig.errors import RigError
 from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.topology import Topology
-from rig.launch import autoresume, binding, ddp, job, nodes, rundir, trainargs
-from rig.yolo import datasets, tuning, ultra
+from rig.launch import autoresume, binding, ddp, job, nodes, rundir, steplevers, trainargs
+from rig.yolo import datasets, gpubatch, tuning, ultra
 from rig.yolo.nodecache import buildlock, prepare
 
 _logger = log.get("launch")
@@ -122,6 +122,10 @@ class Node:
     runs_dir: Path
     found: trainargs.Found  # the demo dataset, yolo11n.pt, Ultralytics' default batch
     resources: tuning.Resources  # RAM, /dev/shm, room for the node image cache
+    gpus: dict[str, gpubatch.GpuMemory]  # every GPU's name and memory, by bus id (NVML)
+    gpus_state: str  # "ok", or why NVML told nothing
+    torch: str  # torch's version, as rig bench's records spell it
+    lever_records: tuple[steplevers.LeverRecord, ...]  # rig bench's measurements for this torch
     environ: dict[str, str]  # the environment of this launch
     user_environ: dict[str, str]  # the environment as rig found it (rig.USER_ENVIRON)
 
@@ -131,6 +135,8 @@ def discover(
 ) -> Node:
     spec = nodes.node_spec(environ)
     dirs = ultra.settings_dirs(environ)
+    gpus, gpus_state = gpubatch.read_all()
+    torch = steplevers.torch_version()
     weights = dirs["weights_dir"] / "yolo11n.pt"
     found = trainargs.Found(
         demo_data=DEMO_DATA,
@@ -148,6 +154,10 @@ def discover(
         runs_dir=dirs["runs_dir"],
         found=found,
         resources=tuning.read_resources(),
+        gpus=gpus,
+        gpus_state=gpus_state,
+        torch=torch,
+        lever_records=steplevers.read_records(steplevers.record_dir(environ), torch),
         environ=dict(environ),
         user_environ=dict(user_environ),
     )
@@ -162,6 +172,7 @@ class Run:
     state: autoresume.RunState | None  # resume=auto: the last.pt of the folder it would continue
     newest_last: Path | None  # resume=True without a checkpoint: the newest last.pt of the runs
     dataset: tuning.Dataset  # the size of the dataset it trains on
+    classes: int  # its class count (80 where the yaml cannot tell): the detection loss's memory
 
 
 def newest_last(runs_dir: Path) -> Path | None:
@@ -185,6 +196,7 @@ def discover_run(args: Mapping[str, str], node: Node) -> Run:
         state=state,
         newest_last=newest_last(node.runs_dir) if where.newest_last_wanted else None,
         dataset=tuning.size_dataset(where.data),
+        classes=gpubatch.classes(where.data, ultra.datasets_dir()),
     )
 
 
@@ -329,6 +341,8 @@ def decide(request: Request, node: Node, run: Run) -> Plan:
         tune=lambda a: tuning.decide_for(
             node.resources, run.dataset, user_args=a, rank_cpus=rank_cpus, nranks=nranks, world=world
         ),
+        per_gpu=lambda a: _per_gpu_batch(a, devices, placed, node, run, world),
+        step_levers=lambda a: _step_levers(a, devices, placed, node, run, world),
     )
     if not decided.resuming and folder is None:
         folder = _folder(run.located, run.existing, node.identity, exist_ok=decided.exist_ok)
@@ -339,6 +353,56 @@ def decide(request: Request, node: Node, run: Run) -> Plan:
     task = trainargs.guess_task(decided.args)
     wanted = prepare.wanted(decided.args, task, world)
     return Plan(devices, spec, placed, decided.args, env, unset, folder, task, wanted)
+
+
+def _run_gpus(placed: Ranks, node: Node) -> tuple[list[gpubatch.GpuMemory], str]:
+    return gpubatch.of_run(
+        node.gpus, node.gpus_state, [b.gpu_bus_id for b in placed.bindings if b.gpu_bus_id]
+    )
+
+
+def _per_gpu_batch(
+    args: Mapping[str, str], devices: Devices, placed: Ranks, node: Node, run: Run, world: int
+) -> tuple[float, str | None]:
+    """Without batch=, on GPUs: the per-GPU batch from their memory (rig.yolo.gpubatch), and why;
+    else Ultralytics' default (None: trainargs.with_batch's own rule and line)."""
+    default = node.found.default_batch
+    if devices.kind != "gpu" or "batch" in args or trainargs.resume_of(args) is not False:
+        return default, None
+    nbs = ultra.smart_value(args["nbs"]) if args.get("nbs") else ultra.default("nbs")
+    choice = gpubatch.for_launch(args, *_run_gpus(placed, node), world, nc=run.classes, nbs=int(nbs))
+    if not choice.measured:  # Ultralytics' default, as without this decision; the line says why
+        _logger.info("batch from the GPUs' memory: %s", choice.reason)
+        return default, None
+    return float(choice.per_gpu), choice.reason
+
+
+def _step_levers(
+    args: Mapping[str, str], devices: Devices, placed: Ranks, node: Node, run: Run, world: int
+) -> steplevers.StepLevers:
+    """channels_last, CUDA graphs and fused optimizer kernels: as `rig bench` measured them on these
+    GPUs (rig.launch.steplevers)."""
+    cpu = devices.kind != "gpu"
+    key = steplevers.launch_key(
+        args,
+        gpu_names=[g.name for g in _run_gpus(placed, node)[0]],
+        cpu=cpu,
+        world=world,
+        torch=node.torch,
+        imgsz=tuning.imgsz_of(args),
+        amp=gpubatch.amp_of(args),
+        default_batch=node.found.default_batch,
+    )
+    return steplevers.for_launch(
+        args,
+        key=key,
+        records=node.lever_records,
+        cpu=cpu,
+        world=world,
+        train_images=run.dataset.train_images,
+        default_epochs=int(ultra.default("epochs")),
+        follow=steplevers.following(node.environ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

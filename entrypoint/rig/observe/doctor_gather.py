@@ -289,7 +289,17 @@ def image_cache_facts(images: list[Path], imgsz: int) -> dict[str, Any]:
 def run_bench(data: str | None, *, batch: int, imgsz: int) -> tuple[BenchResult | None, str | None]:
     """`rig bench --quick` on the user's data (or its generated shapes): loader vs train step."""
     try:
-        result = rig_bench.run_bench(rig_bench.BenchOptions(data=data, quick=True, batch=batch, imgsz=imgsz))
+        # The loader against the step: no levers, no stock run, nothing recorded for rig train.
+        opts = rig_bench.BenchOptions(
+            data=data,
+            quick=True,
+            batch=batch,
+            imgsz=imgsz,
+            levers=(),
+            parts=("loader", "tail", "step", "run"),
+            record=False,
+        )
+        result = rig_bench.run_bench(opts)
     except Exception as e:  # a broken bench is a failed check, not a crashed doctor
         return None, describe_error(e)
     return result, None

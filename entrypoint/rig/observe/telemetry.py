@@ -255,8 +255,10 @@ class Recorder:
         writer_factory: Callable[[Path], ScalarWriter | None] = tensorboard_writer,
         clock: Callable[[], float] = time.time,
         environ: Mapping[str, str] | None = None,
+        announce: bool = True,
     ) -> None:
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        self._announce = announce  # the summary's INFO lines at stop (`rig bench` reads the CSV instead)
         self._fixed_dir = run_dir is not None  # else each training run uses its trainer's save_dir
         self._environ = os.environ if environ is None else environ
         self.interval_s = interval_s if interval_s is not None else interval_from_env(self._environ)
@@ -400,7 +402,7 @@ class Recorder:
             files["tensorboard"] = TENSORBOARD_DIR
         self.summary = dataclasses.replace(summary, files=files)
         (self.run_dir / SUMMARY_NAME).write_text(json.dumps(asdict(self.summary), indent=2) + "\n")
-        for line in self.summary.lines():
+        for line in self.summary.lines() if self._announce else ():
             LOG.info("%s", line)
         return self.summary
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rig import log
-from rig.yolo import device_augment, draws, resumable, trainloader, ultra
+from rig.yolo import device_augment, draws, optkernels, resumable, trainloader, ultra
 from rig.yolo.nodecache import cached_dataset
 
 _logger = log.get("trainer")
@@ -53,6 +53,7 @@ class Rank(Protocol):
     def cpu_setup_train(self) -> contextlib.AbstractContextManager[None]: ...
     def cpu_validation(self, validator: Any) -> contextlib.AbstractContextManager[None]: ...
     def sync_bn_wanted(self) -> bool: ...
+    def fused_optimizer_wanted(self) -> bool: ...  # rig.launch.steplevers' fused optimizer lever
     def use_sync_batchnorm(self, trainer: Any) -> None: ...  # sets trainer.rig_sync_bn
     def keep_frozen_in_eval(self, trainer: Any) -> None: ...
     def ema_with_plain_batchnorm(self, trainer: Any) -> None: ...
@@ -163,6 +164,15 @@ def trainer_class(base: type, rank: Rank) -> type:
             # Here: after the model is on its device, before compile and the DDP wrap.
             if rank.sync_bn_wanted() and self.world_size > 1:
                 rank.use_sync_batchnorm(self)
+
+        def build_optimizer(self, *args: Any, **kwargs: Any) -> Any:
+            optimizer = super().build_optimizer(*args, **kwargs)
+            if not rank.fused_optimizer_wanted():
+                return optimizer
+            optimizer, done = optkernels.with_fast_kernels(optimizer)
+            if rank.is_first():
+                _logger.info("fused_optimizer: %s", done)
+            return optimizer
 
         def _model_train(self) -> None:
             super()._model_train()

@@ -139,7 +139,8 @@ def read_resources(sys_root: Path = Path("/"), environ: Mapping[str, str] | None
 # Decision (pure)
 
 
-def _imgsz(user_args: Mapping[str, str]) -> int:
+def imgsz_of(user_args: Mapping[str, str]) -> int:
+    """imgsz= as memory sees it: the long side (imgsz=640, imgsz=[640,480])."""
     nums = [int(n) for n in re.findall(r"\d+", user_args.get("imgsz", ""))]
     return max(nums) if nums else ultra.DEFAULT_IMGSZ
 
@@ -176,7 +177,7 @@ def decide(
     train images decoded at full resolution, what Ultralytics' `cache=ram` holds for it."""
     out: list[Decision] = []
     nranks = max(nranks, 1)
-    imgsz = _imgsz(user_args)
+    imgsz = imgsz_of(user_args)
     batch_bytes = _rank_batch(user_args, world or nranks) * 3 * imgsz * imgsz
     shm_per_worker = SHM_BATCHES_PER_WORKER * batch_bytes * nranks  # one worker on every local rank
 

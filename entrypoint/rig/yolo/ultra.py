@@ -27,7 +27,13 @@ PACKAGE = "ultralytics"
 # Ultralytics' defaults (cfg/default.yaml) that rig's decisions start from.
 DEFAULT_IMGSZ = 640
 DEFAULT_BATCH = 16
-_DEFAULTS_FALLBACK: dict[str, Any] = {"imgsz": DEFAULT_IMGSZ, "batch": DEFAULT_BATCH}
+# Ultralytics' defaults rig reads where Ultralytics is not installed (the host's tests).
+_DEFAULTS_FALLBACK: dict[str, Any] = {
+    "imgsz": DEFAULT_IMGSZ,
+    "batch": DEFAULT_BATCH,
+    "epochs": 100,
+    "nbs": 64,
+}
 
 # Ultralytics 8.4's IMG_FORMATS (ultralytics/data/utils.py), lower case, no dot.
 IMG_FORMATS_FALLBACK = frozenset(
@@ -233,6 +239,11 @@ def build_dataloader(dataset: Any, batch: int, workers: int, **kwargs: Any) -> A
 
 def detection_model(cfg: str, nc: int) -> Any:
     return module("nn.tasks").DetectionModel(cfg, nc=nc, verbose=False)
+
+
+def model_ema(model: Any) -> Any:
+    """Ultralytics' EMA of a model, as its trainer keeps one."""
+    return module("utils.torch_utils").ModelEMA(model)
 
 
 def init_seeds(seed: int, deterministic: bool) -> None:

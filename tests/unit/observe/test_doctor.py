@@ -460,7 +460,18 @@ def test_bench_runs_rig_bench_quick_on_the_given_data(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(bench, "run_bench", run_bench)
     assert doctor_gather.run_bench("/datasets/demo/data.yaml", batch=32, imgsz=320) == (result, None)
-    assert seen == [bench.BenchOptions(data="/datasets/demo/data.yaml", quick=True, batch=32, imgsz=320)]
+    # The loader against the step, as before: no levers, no stock run, nothing recorded for rig train.
+    assert seen == [
+        bench.BenchOptions(
+            data="/datasets/demo/data.yaml",
+            quick=True,
+            batch=32,
+            imgsz=320,
+            levers=(),
+            parts=("loader", "tail", "step", "run"),
+            record=False,
+        )
+    ]
 
     def broken(opts: bench.BenchOptions) -> BenchResult:
         raise RuntimeError("CUDA error: out of memory")
