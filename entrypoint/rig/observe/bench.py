@@ -215,7 +215,7 @@ def tail_ms_per_image(batch: dict[str, Any], device: Any, repeats: int = TAIL_RE
         return None
     times = []
     for i in range(repeats + 1):
-        copy = {"img": batch["img"].clone(), device_augment.KEY: batch[device_augment.KEY]}
+        copy = device_augment.handed_over(batch)
         if device.type == "cuda":
             copy["img"] = copy["img"].pin_memory()
             torch.cuda.synchronize(device)
@@ -225,7 +225,7 @@ def tail_ms_per_image(batch: dict[str, Any], device: Any, repeats: int = TAIL_RE
             torch.cuda.synchronize(device)
         if i:
             times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times) / int(batch["img"].shape[0])
+    return 1000 * statistics.median(times) / device_augment.images_in(batch)
 
 
 def _loader_img_s(dataset: Any, opts: BenchOptions, workers: int, batches: int, device: str) -> float:
@@ -236,7 +236,7 @@ def _loader_img_s(dataset: Any, opts: BenchOptions, workers: int, batches: int, 
             next(it)
         n, t0 = 0, time.perf_counter()
         for _ in range(batches):
-            n += int(next(it)["img"].shape[0])
+            n += device_augment.images_in(next(it))
         return n / (time.perf_counter() - t0)
     finally:
         loader.close()
@@ -281,7 +281,7 @@ def _step(
     batch = device_augment.finish(dict(batch), device)  # ours leaves colour and layout to the device
     dev_batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     dev_batch["img"] = dev_batch["img"].float() / 255
-    images = int(batch["img"].shape[0])
+    images = device_augment.images_in(batch)
 
     def step(module: Any) -> None:
         with torch.autocast(device.type, enabled=use_amp):

@@ -105,7 +105,7 @@ def _rank(job: _Job, rank: int, barrier: Any, results: Any) -> None:
     n, t = 0, time.monotonic()
     for _ in range(job.batches):
         with contextlib.suppress(StopIteration):
-            n += int(next(it)["img"].shape[0])
+            n += device_augment.images_in(next(it))
     results.put(("loader", rank, n, t, time.monotonic()))
     with contextlib.suppress(RuntimeError):  # a worker dying at shutdown, after the measurement
         loader.close()
