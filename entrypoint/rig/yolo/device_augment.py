@@ -102,7 +102,7 @@ def geometry_kept(steps: list[Any], hsv: int) -> str | None:
         - {"Mosaic", "RandomPerspective"}
     )
     if busy:
-        return f"{', '.join(busy)} in the recipe work on the warped pixels"
+        return f"the recipe's {' and '.join(busy)} {'needs' if len(busy) == 1 else 'need'} the warped pixels"
     if any(type(t) is not aug.RandomFlip for t in steps[hsv + 1 : -1]):
         return "a step after RandomHSV is not RandomFlip"
     return None
