@@ -217,7 +217,7 @@ def warp(device: str, kernels: str = "auto", repeats: str = "8") -> None:
 
     rng = np.random.default_rng(0)
     deferred = deferred_steps.classes()["DeferredPerspective"]
-    stats, cases = [], []
+    stats, cases, sampled = [], [], []
     for settings, size, channels, mosaic in WARP_CASES:
         case_stats = []
         for r in range(int(repeats)):
@@ -250,7 +250,10 @@ def warp(device: str, kernels: str = "auto", repeats: str = "8") -> None:
             ours = warp_device.render(
                 packed["img"], packed[warp_job.GEOM], packed[warp_job.TILES], device, choice
             )
-            case_stats.append(compare(torch.from_numpy(stock.reshape(ours.shape[1:])), ours[0].cpu()))
+            expected = torch.from_numpy(stock.reshape(ours.shape[1:]))
+            case_stats.append(compare(expected, ours[0].cpu()))
+            if not settings.get("perspective"):
+                sampled.append(compare(expected, grid_sampled(canvas, labels["img"].inverse, size)))
         stats += case_stats
         cases.append(
             {
@@ -261,7 +264,32 @@ def warp(device: str, kernels: str = "auto", repeats: str = "8") -> None:
                 **summed(case_stats),
             }
         )
-    report(mode="warp", device=device, kernels=kernels, images=len(stats), cases=cases, **summed(stats))
+    report(
+        mode="warp",
+        device=device,
+        kernels=kernels,
+        images=len(stats),
+        cases=cases,
+        grid_sample=summed(sampled),  # the usual float warp, for comparison: not OpenCV's pixels
+        **summed(stats),
+    )
+
+
+def grid_sampled(canvas: np.ndarray, inverse: np.ndarray, size: tuple[int, int]) -> Any:
+    """torch's affine_grid/grid_sample on the same canvas and matrix: float bilinear, exact positions."""
+    import torch.nn.functional as F
+
+    h, w = canvas.shape[:2]
+    theta = torch.tensor(inverse[:2], dtype=torch.float64)  # pixel centres -> [-1, 1], as align_corners=False
+    to_unit = torch.tensor([[2 / w, 0, 1 / w - 1], [0, 2 / h, 1 / h - 1], [0, 0, 1]], dtype=torch.float64)
+    from_unit = torch.tensor(
+        [[size[0] / 2, 0, size[0] / 2 - 0.5], [0, size[1] / 2, size[1] / 2 - 0.5], [0, 0, 1]]
+    )
+    theta = (to_unit @ torch.cat([theta, torch.tensor([[0.0, 0.0, 1.0]])]) @ from_unit.double())[:2]
+    grid = F.affine_grid(theta[None].float(), [1, 1, size[1], size[0]], align_corners=False)
+    src = torch.from_numpy(canvas).permute(2, 0, 1)[None].float() - 114  # zeros padding: border 114
+    out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros", align_corners=False) + 114
+    return out[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8)
 
 
 def step_as(step: Any, cls: Any) -> Any:
