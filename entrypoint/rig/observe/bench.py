@@ -85,8 +85,8 @@ class LoaderResult:
     ours: dict[str, Any]
     ours_reasons: list[str]
     ours_dataset_build_s: float
-    # The colour and layout ours leaves to the device (rig.yolo.device_augment), timed there per image
-    # and charged to the step; None with RIG_DEVICE_AUGMENT=0.
+    # The pixel work ours leaves to the device (rig.yolo.device_augment: mosaic, warp, colour, layout),
+    # timed there per image and charged to the step; None with RIG_DEVICE_AUGMENT=0.
     device_tail_ms_per_image: float | None = None
     ours_with_tail_img_s: float | None = None  # the loader and the tail one after the other
 
@@ -192,8 +192,8 @@ def settings(
 
 
 def _dataset(data: dict[str, Any], opts: BenchOptions, cache: Any, ours: bool = False) -> tuple[Any, float]:
-    """ours: as under `rig train`, cache=ram in the node image cache and colour and layout left to
-    the device (unless RIG_DEVICE_AUGMENT=0)."""
+    """ours: as under `rig train`, cache=ram in the node image cache and the augmentation's pixel work
+    left to the device (unless RIG_DEVICE_AUGMENT=0)."""
     cfg = ultra.get_cfg({"imgsz": opts.imgsz, "batch": opts.batch, "cache": cache})
     t0 = time.perf_counter()
     with contextlib.ExitStack() as hooks:
@@ -278,7 +278,7 @@ def _step(
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
     use_amp = opts.amp and cuda  # Ultralytics trains in fp32 on CPU
     scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
-    batch = device_augment.finish(dict(batch), device)  # ours leaves colour and layout to the device
+    batch = device_augment.finish(dict(batch), device)  # ours leaves the pixel work to the device
     dev_batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     dev_batch["img"] = dev_batch["img"].float() / 255
     images = device_augment.images_in(batch)
@@ -528,7 +528,7 @@ def run_bench(opts: BenchOptions) -> BenchResult:
     batch = next(iter(_first_batch(ours_ds, opts)))
     tail_ms = tail_ms_per_image(batch, device)
     if tail_ms is not None:
-        _logger.info("device tail (colour and layout) on %s: %.3f ms per image", device, tail_ms)
+        _logger.info("device tail (mosaic, warp, colour, layout) on %s: %.3f ms per image", device, tail_ms)
     del stock_ds, ours_ds
     gc.collect()
     cache = _cache_bench(data, opts, plan)

@@ -229,18 +229,31 @@ def handed_over(batch: Mapping[str, Any]) -> dict[str, Any]:
 def finish(batch: dict[str, Any], device: Any, kernels: str | None = None) -> dict[str, Any]:
     """A collated training batch as Ultralytics' Format would have stacked it, on device: its "img"
     (N, C, H, W) uint8 RGB. A batch the workers finished themselves passes through unchanged.
-    kernels: as rig.yolo.hsv_device.tail (None: torch's on an accelerator, OpenCV's on a CPU)."""
-    rows = batch.pop(KEY, None)
-    if rows is None:
+    kernels: "torch" or "opencv" (None: torch's on an accelerator, Ultralytics' OpenCV calls on a CPU)."""
+    if KEY not in batch:
         return batch
-    torch: Any = importlib.import_module("torch")
-    from rig.yolo import hsv_device, warp_device
+    return finish_colour(finish_geometry(batch, device, kernels), device, kernels)
 
-    params = torch.stack(list(rows)) if isinstance(rows, (list, tuple)) else rows
+
+def finish_geometry(batch: dict[str, Any], device: Any, kernels: str | None = None) -> dict[str, Any]:
+    """The first part of `finish`: a packed geometry (mosaic, the warp) rendered, "img" (N, H, W, C)
+    uint8 BGR on device; a batch without one passes through."""
     geometry = batch.pop(warp_job.GEOM, None)
     if geometry is not None:
-        img = warp_device.render(batch["img"], geometry, batch.pop(warp_job.TILES), device, kernels)
-    else:
-        img = batch["img"].to(device, non_blocking=getattr(device, "type", str(device)) not in {"cpu", "mps"})
+        from rig.yolo import warp_device
+
+        tiles = batch.pop(warp_job.TILES)
+        batch["img"] = warp_device.render(batch["img"], geometry, tiles, device, kernels)
+    return batch
+
+
+def finish_colour(batch: dict[str, Any], device: Any, kernels: str | None = None) -> dict[str, Any]:
+    """The second part of `finish`: HSV, the flips and the layout (rig.yolo.hsv_device.tail)."""
+    rows = batch.pop(KEY)
+    torch: Any = importlib.import_module("torch")
+    from rig.yolo import hsv_device
+
+    params = torch.stack(list(rows)) if isinstance(rows, (list, tuple)) else rows
+    img = batch["img"].to(device, non_blocking=getattr(device, "type", str(device)) not in {"cpu", "mps"})
     batch["img"] = hsv_device.tail(img, params, kernels)
     return batch

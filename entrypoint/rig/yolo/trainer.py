@@ -4,7 +4,7 @@ Ultralytics counts the world from this node's `device` list; the subclass takes 
 size. A stop the ranks agreed on ends the run the Ultralytics way, except that the partial epoch
 counts for nothing: no validation, no results.csv row, no best.pt, and `last.pt` is saved as the end
 of the epoch before (marked STOPPED_MID_EPOCH), so `resume=True` runs the interrupted epoch again.
-The datasets are rig's (the node image cache, colour and layout on the device).
+The datasets are rig's (the node image cache, the augmentation's pixel work on the device).
 
 What belongs to the rank rather than to Ultralytics (signals, the process group, collectives, CPU
 ranks' corrections, SyncBatchNorm, atomic saves) is the `Rank` the class is made with:
@@ -93,7 +93,8 @@ def trainer_class(base: type, rank: Rank) -> type:
 
         def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:
             # cache=ram: one decoded copy per node, mapped by every rank (rig.yolo.nodecache.cached_dataset).
-            # Training: colour and layout left to preprocess_batch, on the device (rig.yolo.device_augment).
+            # Training: the augmentation's pixels left to preprocess_batch, on the device
+            # (rig.yolo.device_augment).
             with cached_dataset.in_use(self.args), device_augment.in_use(mode):
                 return super().build_dataset(img_path, mode, batch)
 

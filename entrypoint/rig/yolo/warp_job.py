@@ -152,7 +152,7 @@ def pack(jobs: list[WarpJob]) -> dict[str, Any]:
             th, tw = t.pixels.shape[:2]
             tiles.append((n, t.x, t.y, tw, th, offset))
             offset += th * tw * job.channels
-    flat = torch.empty(offset, dtype=torch.uint8)
+    flat = _bytes(torch, offset)
     out = flat.numpy()
     for (n, _, _, tw, th, o), t in zip(tiles, (t for job in jobs for t in job.tiles), strict=True):
         c = jobs[n].channels
@@ -162,3 +162,13 @@ def pack(jobs: list[WarpJob]) -> dict[str, Any]:
         GEOM: torch.tensor(np.array([job.row() for job in jobs], dtype=np.float64).reshape(-1, ROW)),
         TILES: torch.tensor(tiles, dtype=torch.int64).reshape(-1, 6),
     }
+
+
+def _bytes(torch: Any, size: int) -> Any:
+    """A uint8 tensor of size bytes; in a loader worker made in shared memory, as torch's own
+    default_collate makes a batch there: handing the batch to the trainer then copies nothing."""
+    empty = torch.empty(0, dtype=torch.uint8)
+    if torch.utils.data.get_worker_info() is None:
+        return torch.empty(size, dtype=torch.uint8)
+    storage = empty._typed_storage()._new_shared(size, device="cpu")
+    return empty.new(storage).resize_(size)
