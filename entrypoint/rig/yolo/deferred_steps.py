@@ -41,7 +41,7 @@ def classes() -> dict[str, Any]:
             assert params is not None and self.n == 4, "rig defers 2x2 mosaics only (v8_transforms' own)"
             tiles = []
             for item in params["layout"]:  # Mosaic.apply_image's copies, as regions of the canvas
-                img = item["labels_patch"]["img"]
+                img = np.asarray(item["labels_patch"]["img"])  # a node cache's memmap: a plain view
                 tiles.append(
                     Tile(img[item["y1b"] : item["y2b"], item["x1b"] : item["x2b"]], item["x1a"], item["y1a"])
                 )

@@ -73,6 +73,7 @@ class WarpJob:
     @classmethod
     def single(cls, img: Any) -> WarpJob:
         """The warp of one loaded image (no mosaic): a canvas that is the image."""
+        img = _np().asarray(img)  # a node cache's memmap: a plain view (memmap's views cost more)
         if img.ndim == 2:
             img = img[..., None]
         h, w, c = img.shape
