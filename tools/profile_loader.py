@@ -16,18 +16,17 @@ from pathlib import Path
 
 import cv2
 import torch
-import yaml
 from rig.yolo import device_augment
 from rig.yolo.demo_data import make_demo_dataset
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_yolo_dataset
+from ultralytics.data.utils import check_det_dataset
 
 IMGSZ, BATCH, WARMUP, SAMPLES = 640, 16, 32, 208
 
 
 def dataset(data_yaml: Path, cache: object, deferred: bool = False) -> object:
-    data = yaml.safe_load(data_yaml.read_text())
-    data["train"] = str(Path(data["path"]) / data["train"])
+    data = check_det_dataset(str(data_yaml))  # the yaml as Ultralytics reads it: paths resolved
     cfg = get_cfg(overrides={"imgsz": IMGSZ, "batch": BATCH, "cache": cache})
     hook = device_augment.in_use("train", {}, announce=False) if deferred else contextlib.nullcontext()
     with hook:
