@@ -57,7 +57,8 @@ RUN --mount=type=secret,id=ca \
 # `uv export --locked --offline` fails on a lock that no longer matches pyproject.toml: nothing
 # re-resolves. The exported list pins every file by hash, so a mirror (PIP_INDEX_URL) serves
 # exactly the locked files.
-# gpustat is an sdist built without isolation from the locked setuptools(-scm), hence two steps.
+# gpustat and python-hostlist are sdists built without isolation from the locked setuptools(-scm),
+# hence two steps.
 # STACK: the CUDA stack, one of pyproject.toml's extras; the lock holds both, an image installs one.
 ARG STACK=cu121
 # RIG_FEATURES: Ultralytics features left out by default, as pyproject.toml's dependency groups
@@ -73,7 +74,8 @@ RUN --mount=type=secret,id=ca \
     [ -f /run/secrets/ca ] && export SSL_CERT_FILE=/run/secrets/ca; \
     groups=""; for g in ${RIG_FEATURES}; do groups="${groups} --group ${g}"; done; \
     { uv export --offline --quiet --locked --no-dev --no-emit-project --no-header --format requirements-txt \
-         --extra "${STACK}" ${groups} --no-emit-package gpustat -o /tmp/req-base.txt \
+         --extra "${STACK}" ${groups} --no-emit-package gpustat --no-emit-package python-hostlist \
+         -o /tmp/req-base.txt \
       && uv export --offline --quiet --locked --no-dev --no-emit-project --no-header \
          --format requirements-txt --extra "${STACK}" ${groups} -o /tmp/requirements.txt \
       || { echo "ERROR build: uv.lock is stale for pyproject.toml (run 'make lock'), or RIG_FEATURES='${RIG_FEATURES}' names a group pyproject.toml lacks"; exit 1; }; } \
@@ -129,16 +131,20 @@ RUN --mount=type=secret,id=ca \
 # RECORD line. uv keys its cached build of a local project by pyproject.toml's mtime alone, so a
 # code edit would install the previous build's wheel: its cache entries go first (`--refresh`
 # would do it, but not `--offline`).
+# `rig` runs Python isolated (`#!/opt/venv/bin/python -I`, docker/isolate-script.py): as root (the
+# entrypoint, `docker exec ... rig`) it imports nothing from PYTHONPATH or a user's site.
 FROM builder AS project
 COPY pyproject.toml uv.lock README.md /src/
 COPY entrypoint /src/entrypoint
+COPY docker/isolate-script.py /usr/local/lib/rig/isolate-script.py
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv cache clean --quiet yolo-rig \
     && uv pip install --python /opt/venv/bin/python --prefix /opt/rig-project --quiet --no-deps --offline /src \
     && rm -f /opt/rig-project/.lock \
     && dist=$(echo /opt/rig-project/lib/python3.11/site-packages/yolo_rig-*.dist-info) \
     && rm "${dist}/uv_cache.json" \
-    && sed -i '/\/uv_cache\.json,/d' "${dist}/RECORD"
+    && sed -i '/\/uv_cache\.json,/d' "${dist}/RECORD" \
+    && python3 /usr/local/lib/rig/isolate-script.py /opt/rig-project/bin/rig "${dist}/RECORD"
 
 # ---------------------------------------------------------------------------------------------
 # Python's C headers, alone. torch.compile builds small extensions at run time that include
@@ -227,10 +233,14 @@ RUN mkdir -p /opt/venv/lib/python3.11/site-packages/tests/tmp \
 COPY --from=tuned --chown=1000:1000 /opt/rig/weights /weights
 RUN mkdir -p /datasets /workspace/runs /cache \
     && chown yolo:yolo /datasets /weights /workspace/runs /cache
-# JupyterLab's config folder (the server's JUPYTER_CONFIG_DIR): root's and empty, so nothing in
-# ~/.jupyter changes how it authenticates; the marker stops jupyter_core migrating ~/.ipython into it.
-RUN mkdir -p /opt/rig/jupyter \
+# JupyterLab's config folder (the server's JUPYTER_CONFIG_DIR): root's, so nothing in ~/.jupyter
+# changes how it authenticates; the marker stops jupyter_core migrating ~/.ipython into it. Its data
+# folder (JUPYTER_DATA_DIR): root's and empty, so templates, kernel specs and lab extensions come
+# from the image (rig/workstation/services.py). The config turns off what would load code from user
+# folders: language servers probed on the PATH, nbconvert templates from the working folder.
+RUN mkdir -p /opt/rig/jupyter /opt/rig/jupyter-data \
     && : >/opt/rig/jupyter/migrated
+COPY docker/jupyter_server_config.json /opt/rig/jupyter/jupyter_server_config.json
 
 # pip for user yolo's sessions (docs/user-environment.md): the builder's own pip (Debian's bundled
 # wheel), run only by rig's gate (rig/workstation/pipgate.py), which installs into ~/.local on the
@@ -267,6 +277,9 @@ ARG CUDNN_VERSION=unknown
 ARG TORCH_VERSION=unknown
 ARG ULTRALYTICS_VERSION=unknown
 ENV RIG_GIT_REVISION=${GIT_REVISION}
+# What NGC's PyTorch images set: enroot's PyTorch hook (Pyxis on Slurm) then hands every task
+# MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK and LOCAL_RANK, as rig reads them (docs/training.md).
+ENV PYTORCH_VERSION=${TORCH_VERSION}
 LABEL org.opencontainers.image.title="yolo-rig" \
       org.opencontainers.image.description="Ultralytics YOLO training on CUDA ${CUDA_VERSION} (stack ${STACK})" \
       org.opencontainers.image.revision="${GIT_REVISION}" \

@@ -224,6 +224,8 @@ bench-cli: | image ## start-up of `rig --version`/`--help`/`health` against `pyt
 CLUSTER_IMAGE ?= $(IMAGE):$(TAG)-slurm
 # Another name runs a second cluster beside the first (its own containers, network and volumes).
 CLUSTER_PROJECT ?= yolo-rig-cluster
+# The cluster's user, as on a real cluster: not the image's yolo (uid 1000); cluster-shell is theirs.
+CLUSTER_USER ?= alice
 CLUSTER = CLUSTER_IMAGE=$(CLUSTER_IMAGE) docker compose -p $(CLUSTER_PROJECT) -f docker/cluster/compose.yaml
 CMD ?=
 # The demo dataset on the shared file system, small enough for CPU ranks.
@@ -232,6 +234,7 @@ CLUSTER_DEMO_ARGS ?= --train 32 --val 8 --imgsz 96
 .PHONY: cluster-image
 cluster-image: image ## [STACK=...]: build $(CLUSTER_IMAGE), the image plus Debian's Slurm and MUNGE
 	DOCKER_BUILDKIT=1 docker build --build-arg IMAGE=$(IMAGE):$(TAG) --build-arg APT_MIRROR=$(APT_MIRROR) \
+		--build-arg CLUSTER_USER=$(CLUSTER_USER) \
 		$(if $(CA_BUNDLE),--secret id=ca$(comma)src=$(CA_BUNDLE)) -t $(CLUSTER_IMAGE) docker/cluster
 
 .PHONY: cluster-up
@@ -243,8 +246,8 @@ cluster-up: cluster-image ## start the local Slurm cluster (controller, node0, n
 
 # CMD is handed to bash as given, quotes, $ and all: its unexpanded value, single-quoted.
 .PHONY: cluster-shell
-cluster-shell: ## [CMD='squeue']: a login shell (or CMD) as yolo on the cluster's submit host
-	$(CLUSTER) exec $$([ -t 0 ] || echo -T) -u yolo -w /home/yolo controller bash -l \
+cluster-shell: ## [CMD='squeue'] [CLUSTER_USER=alice]: a login shell (or CMD) as the cluster's user on its submit host
+	$(CLUSTER) exec $$([ -t 0 ] || echo -T) -u $(CLUSTER_USER) -w /home/$(CLUSTER_USER) controller bash -l \
 		$(if $(value CMD),-c '$(subst ','"'"',$(value CMD))')
 
 .PHONY: cluster-down
@@ -256,5 +259,5 @@ cluster-down: ## remove the local cluster's containers and volumes
 test-cluster: venv ## start the local cluster, run the tests marked `cluster` on it, remove it
 	rc=0; $(MAKE) --no-print-directory cluster-up \
 		&& CLUSTER_IMAGE=$(CLUSTER_IMAGE) CLUSTER_PROJECT=$(CLUSTER_PROJECT) IMAGE=$(IMAGE):$(TAG) PYTHONPATH=entrypoint \
-			$(VENV)/bin/pytest -m cluster tests/cluster $(PYTEST_ARGS) || rc=$$?; \
+			CLUSTER_USER=$(CLUSTER_USER) $(VENV)/bin/pytest -m cluster tests/cluster $(PYTEST_ARGS) || rc=$$?; \
 	$(MAKE) --no-print-directory cluster-down; exit $$rc

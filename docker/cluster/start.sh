@@ -28,7 +28,14 @@ case ${1:-} in
 esac
 
 [[ -s $key ]] || { echo "ERROR cluster: no MUNGE key in $key; start the cluster with make cluster-up" >&2; exit 1; }
+# The users' homes, on the shared `home` volume as a site's are on every host.
+for user in $(getent passwd | awk -F: '$3 >= 1000 && $3 < 60000 { print $1 }'); do
+  home=$(getent passwd "$user" | cut -d: -f6)
+  [[ -d $home ]] || install -d -o "$user" -g "$(id -gn "$user")" -m 0755 "$home"
+done
+# The nodes' root file system is read-only: the daemons' folders are on tmpfs (compose.yaml).
 install -d -o munge -g munge -m 0755 /run/munge
+install -d -o munge -g munge -m 0700 /var/lib/munge /var/log/munge
 runuser -u munge -- /usr/sbin/munged
 install -d -o slurm -g slurm -m 0755 /var/log/slurm
 

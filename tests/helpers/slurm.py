@@ -1,5 +1,6 @@
-"""The local Slurm cluster (`make cluster-up`, docker/cluster/) as tests drive it: commands as yolo on
-the submit host, jobs submitted with the repository's sbatch, their state from `scontrol`."""
+"""The local Slurm cluster (`make cluster-up`, docker/cluster/) as tests drive it: commands as the
+cluster's user (not the image's yolo: Pyxis starts tasks as whoever submits) on the submit host, jobs
+submitted with the repository's sbatch, their state from `scontrol`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 # `make test-cluster CLUSTER_PROJECT=...` tests a second cluster started beside the first.
 PROJECT = os.environ.get("CLUSTER_PROJECT", "yolo-rig-cluster")
+USER = os.environ.get("CLUSTER_USER", "alice")  # the Makefile's CLUSTER_USER: who submits the jobs
 SBATCH = "/opt/rig/deploy/slurm.sbatch"
 # The demo dataset cluster-up writes on the shared file system, as the nodes see it.
 DATA = "/datasets/demo/data.yaml"
@@ -53,16 +55,16 @@ class Cluster:
         return found[0]
 
     def run(
-        self, cmd: str, service: str = "controller", timeout: int = 120, user: str = "yolo"
+        self, cmd: str, service: str = "controller", timeout: int = 120, user: str = USER
     ) -> tuple[int, str]:
         """cmd in a login shell (the submit host's environment), bounded by coreutils timeout."""
         argv = ["timeout", str(timeout), "bash", "-lc", cmd]
         result = self.container(service).exec_run(
-            argv, user=user, workdir="/home/yolo" if user == "yolo" else "/"
+            argv, user=user, workdir="/" if user == "root" else f"/home/{user}"
         )
         return int(result.exit_code), result.output.decode(errors="replace")
 
-    def check(self, cmd: str, service: str = "controller", timeout: int = 120, user: str = "yolo") -> str:
+    def check(self, cmd: str, service: str = "controller", timeout: int = 120, user: str = USER) -> str:
         rc, out = self.run(cmd, service, timeout, user)
         assert rc == 0, f"{cmd!r} on {service} exited {rc}:\n{out}"
         return out

@@ -87,6 +87,7 @@ def test_two_containers_train_as_two_nodes_on_cpu_ranks(containers: Containers, 
                 "NODE_RANK": str(rank),
                 "MASTER_ADDR": "node0",
                 "MASTER_PORT": "29431",
+                "RDZV_ID": "cpu-ranks-test",  # by hand: the run's identity, so the nodes agree on its folder
                 "RIG_NCCL_TIMEOUT": "300",  # a rank left waiting in a collective fails in minutes
             },
         }
@@ -300,8 +301,12 @@ def test_no_compile_worker_outlives_the_job(containers: Containers) -> None:
 
 def test_the_static_rendezvous_gives_up_after_rig_rdzv_timeout(containers: Containers) -> None:
     """Node 0 of two, the other never comes: torchrun gives up after RIG_RDZV_TIMEOUT, not torch's 600 s."""
-    env = {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1", "RIG_RDZV_TIMEOUT": "15"}
-    script = f"{DEMO} && rig train {ARGS} --cpu-ranks 1 epochs=1 project=/tmp/runs; echo rc=$?"
+    env = {"NNODES": "2", "NODE_RANK": "0", "RDZV_ID": "r", "RIG_RDZV_TIMEOUT": "15"}
+    # MASTER_ADDR: the container's own address (the loopback is refused for several nodes).
+    script = (
+        f"{DEMO} && MASTER_ADDR=$(hostname -i | cut -d' ' -f1) rig train {ARGS} --cpu-ranks 1 epochs=1 "
+        "project=/tmp/runs; echo rc=$?"
+    )
     _, logs = containers.oneshot(["bash", "-c", script], timeout=300, environment=env)
     assert "--rdzv-conf timeout=15" in logs, logs
     assert "rc=0" not in logs and "rc=" in logs, logs

@@ -5,10 +5,12 @@ Real clients, real restarts, the real `rig train`/`rig launch` through torchrun 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shlex
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,8 +86,10 @@ def test_packages_planted_in_the_workspace_are_never_imported(ws: Workstation, t
     )
     as_yolo(ws, f"set -e; {plant}; rm -f /workspace/planted.log")
     restart(ws)  # JupyterLab and TensorBoard start again (their working folder was /workspace)
-    # TensorBoard works from "/"; JupyterLab from /workspace, where its terminals open, isolated (-I).
-    assert as_yolo(ws, "readlink /proc/$(pgrep -o -u yolo -f bin/tensorboard)/cwd").strip() == "/"
+    # TensorBoard and JupyterLab run isolated (-I); JupyterLab from /workspace, where terminals open.
+    for server in ("boardserver", "labserver"):
+        args = as_yolo(ws, f"ps -o args= -p $(pgrep -o -u yolo -f '[.]{server}')")
+        assert f"/opt/venv/bin/python -I -m rig.workstation.{server} " in args, args
     pwd = 'echo "R""ESULT@@$(pwd)@@"'
     term = ws.compose(
         "exec", "-T", "workstation", "timeout", "40", "python", "-", pwd, RESULT_LINE, input=TERMINAL
@@ -368,3 +372,211 @@ def test_kills_agents_connections_and_root_caches(ws: Workstation, tmp_path: Pat
         "echo $TORCHINDUCTOR_CACHE_DIR $TRITON_CACHE_DIR", timeout=180,
     )  # fmt: skip
     assert run.stdout.split()[-2:] == ["/root/.cache/torch/inductor", "/root/.cache/torch/triton"], run.stdout
+
+
+# ---- round 4: a login bound to its start; the home loads nothing into the services; root's
+# Pythons isolated; ports only the services hold. Everything is planted once and the container
+# restarted once (one fixture); the ports are tried without a restart; the opt-in last.
+HOME_SITE = "/home/yolo/.local/lib/python3.11/site-packages"
+TEMPLATE = "PLANTED-TEMPLATE {{ 6 * 7 }}\n"  # Jinja: if the server renders it, the export says 42
+LABEXT = (
+    '{"name": "planted-ext", "version": "1.0.0", "jupyterlab": {"_build": {"load": "static/remoteEntry.js"}}}'
+)
+KERNEL = (
+    '{"argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "Planted"}'
+)
+# Run by jupyter_lsp's probe of R's language server, if it runs: leaves a mark in the home.
+RSCRIPT = '#!/bin/sh\necho "$(id -u) $*" >> /home/yolo/rscript-ran.log\necho /fake\n'
+SERVER_EXT = (
+    "import pathlib\n"
+    "def _jupyter_server_extension_points():\n    return [{'module': 'planted_ext'}]\n"
+    "def _load_jupyter_server_extension(app):\n    pathlib.Path('/home/yolo/server-ext-ran.log').touch()\n"
+)
+SERVER_EXT_ON = '{"ServerApp": {"jpserver_extensions": {"planted_ext": true}}}'
+NOTEBOOK = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+
+
+def _plants() -> dict[str, str]:
+    """Path -> content of every file a hostile session leaves for the services and for root."""
+    data = "/home/yolo/.local/share/jupyter"
+    files = {
+        f"{data}/nbconvert/templates/lab/index.html.j2": TEMPLATE,
+        "/workspace/lab/index.html.j2": TEMPLATE,  # nbconvert's default: templates from the working folder
+        f"{data}/labextensions/planted-ext/package.json": LABEXT,
+        f"{data}/labextensions/planted-ext/static/remoteEntry.js": "alert('planted')\n",
+        f"{data}/kernels/planted/kernel.json": KERNEL,
+        "/home/yolo/.local/bin/Rscript": RSCRIPT,
+        f"{HOME_SITE}/planted_ext.py": SERVER_EXT,
+        "/home/yolo/.local/etc/jupyter/jupyter_server_config.d/planted.json": SERVER_EXT_ON,
+        "/workspace/hostile.ipynb": NOTEBOOK,
+    }
+    for folder in ("/workspace", HOME_SITE):
+        for module in ("rig/__init__.py", "pip/__init__.py", "sitecustomize.py", "usercustomize.py"):
+            files[f"{folder}/{module}"] = PLANT
+    for script in ("rig", "pip"):
+        files[f"/home/yolo/.local/bin/{script}"] = (
+            '#!/bin/sh\necho "script $0 uid=$(id -u)" >> /workspace/planted.log\n'
+        )
+    return files
+
+
+def _planted_log(ws: Workstation) -> list[str]:
+    return ws.exec("cat /workspace/planted.log 2>/dev/null; true").splitlines()
+
+
+@pytest.fixture(scope="module")
+def planted(ws: Workstation) -> requests.Session:
+    """The plants above, then one restart; yields a browser session logged in before the restart."""
+    browser = requests.Session()
+    assert browser.get(f"{ws.jupyter}/lab?token={ws.token()}", timeout=30).status_code == 200
+    assert browser.get(f"{ws.jupyter}/api/terminals", timeout=10).status_code == 200  # the cookie alone
+    files = _plants()
+    script = " && ".join(f"mkdir -p {os.path.dirname(p)} && {write(c, p)}" for p, c in files.items())
+    as_yolo(
+        ws, f"set -e; {script}; chmod +x /home/yolo/.local/bin/*; rm -f /workspace/planted.log ~/*-ran.log"
+    )
+    restart(ws)
+    return browser  # the plants go with the volumes (the ws fixture's `down -v`)
+
+
+def test_a_restart_ends_every_login_and_no_session_can_forge_one(
+    ws: Workstation, planted: requests.Session
+) -> None:
+    terminals = f"{ws.jupyter}/api/terminals"
+    assert planted.get(terminals, timeout=10).status_code == 403  # logged in before the restart: no more
+    host = f"127.0.0.1:{ws.env['JUPYTER_PORT']}"
+    as_yolo(ws, write((SCRIPTS / "forge_cookie.py").read_text(), "/tmp/forge_cookie.py"))
+    out = as_yolo(ws, f"python -I /tmp/forge_cookie.py {host}").splitlines()
+    assert out[0].startswith("FOUND 0"), out  # no cookie secret anywhere a session can read
+    for cookie in out[1:]:  # (on an image that keeps it in a file: each must be refused)
+        assert requests.get(terminals, headers={"Cookie": cookie}, timeout=10).status_code == 403, cookie
+    fresh = requests.Session()
+    assert fresh.get(f"{ws.jupyter}/lab?token={ws.token()}", timeout=30).status_code == 200
+    assert fresh.get(terminals, timeout=10).status_code == 200  # a login of this start works
+    assert as_yolo(ws, "ls -A /run/rig/jupyter | grep -v '^kernel-'; true").strip() == ""
+
+
+def test_the_server_loads_nothing_a_session_adds_to_the_home(
+    ws: Workstation, planted: requests.Session
+) -> None:
+    auth = {"Authorization": f"token {ws.token()}"}
+    export = requests.get(
+        f"{ws.jupyter}/nbconvert/html/hostile.ipynb?download=false", headers=auth, timeout=60
+    )
+    assert export.status_code == 200 and "PLANTED-TEMPLATE" not in export.text, export.text[:300]
+    specs = requests.get(f"{ws.jupyter}/api/kernelspecs", headers=auth, timeout=10).json()["kernelspecs"]
+    assert sorted(specs) == ["python3"], sorted(specs)
+    lab = requests.get(f"{ws.jupyter}/lab", headers=auth, timeout=30).text
+    assert "federated_extensions" in lab and "planted-ext" not in lab
+    # Nothing ran: no language-server probe of ~/.local/bin/Rscript, no server extension from ~/.local.
+    assert as_yolo(ws, "ls ~ | grep -- '-ran.log$'; true").strip() == ""
+    # The export checked the notebook's trust: the key that signs trusted notebooks is nowhere a
+    # session could read it (with it, a session would make its notebook's scripts run in the browser).
+    secrets = as_yolo(
+        ws, "find / -xdev \\( -name notebook_secret -o -name nbsignatures.db \\) 2>/dev/null; true"
+    )
+    assert secrets.strip() == "", secrets
+
+
+def test_services_and_root_import_nothing_from_the_workspace_or_the_home(
+    ws: Workstation, planted: requests.Session
+) -> None:
+    # JupyterLab and TensorBoard started again after the plants (the restart): nothing imported.
+    assert {ws.services()[s]["state"] for s in ("jupyter", "tensorboard")} == {"running"}
+    assert _planted_log(ws) == []
+    # As root, from /workspace (where `docker exec` starts), also with a PYTHONPATH into the plants.
+    cid = ws.compose("ps", "-q", "workstation").stdout.strip()
+    fmt = "{{json .Config.Healthcheck.Test}}"
+    healthcheck = json.loads(
+        subprocess.run(
+            ["docker", "inspect", "-f", fmt, cid], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert healthcheck[0] == "CMD", healthcheck
+    commands = (
+        ["pip", "--version"],
+        ["rig", "--version"],
+        ["rig", "health"],
+        ["rig", "exec", "--", "true"],
+        healthcheck[1:],
+    )
+    for env in ([], ["-e", f"PYTHONPATH=/workspace:{HOME_SITE}"]):
+        for command in commands:
+            subprocess.run(
+                ["docker", "exec", "-u", "root", *env, cid, "timeout", "60", *command],
+                capture_output=True,
+                timeout=90,
+            )
+    assert _planted_log(ws) == []
+    refused = subprocess.run(
+        ["docker", "exec", "-u", "root", cid, "pip", "--version"], capture_output=True, text=True, timeout=90
+    )
+    assert refused.returncode != 0 and refused.stderr.startswith("ERROR pip installs into user yolo's"), (
+        refused.stderr
+    )
+
+
+def _health(ws: Workstation) -> str:
+    cid = ws.compose("ps", "-q", "workstation").stdout.strip()
+    out = subprocess.run(["docker", "exec", cid, "rig", "health"], capture_output=True, text=True, timeout=60)
+    return out.stdout.strip()
+
+
+def test_a_service_port_is_its_own(ws: Workstation) -> None:
+    as_yolo(ws, write((SCRIPTS / "squat_port.py").read_text(), "/tmp/squat_port.py"))
+    squat = "python -I /tmp/squat_port.py"
+    # A session kills its JupyterLab and TensorBoard and tries their ports, 10 ms apart, for 5 s;
+    # and sshd's (root's: it cannot kill that one) on IPv6, where sshd does not listen.
+    for port, hosts, pattern in (
+        (8888, "0.0.0.0,127.0.0.1,::", "[.]labserver"),
+        (6006, "127.0.0.1,0.0.0.0,::", "[.]boardserver"),
+        (2222, "::", ""),  # (1 s is plenty: nothing restarts)
+    ):
+        tried = json.loads(as_yolo(ws, f"{squat} {port} {hosts} 5 '{pattern}'"))
+        assert tried["bound"] == [], (port, tried)
+    # The browser's token reaches the real server again; everything healthy.
+    running = {"jupyter": "running", "tensorboard": "running", "sshd": "running"}
+    wait_until(lambda: {n: s["state"] for n, s in ws.services().items()} == running, timeout=90, interval=0.5)
+    auth = {"Authorization": f"token {ws.token()}"}
+    assert requests.get(f"{ws.jupyter}/api/status", headers=auth, timeout=10).status_code == 200
+    wait_until(lambda: _health(ws) == "healthy", timeout=30, interval=0.5)
+    # sshd dies (root kills it) and a session takes 2222 before it starts again: sshd is never
+    # RUNNING and the box is unhealthy while the squatter holds the port; then sshd is back.
+    cid = ws.compose("ps", "-q", "workstation").stdout.strip()
+    release = "/tmp/squat-2222"
+    ws.exec(f"rm -f {release} {release}.holding")
+    squatter = [squat, "2222", "0.0.0.0", "20", "''", release]
+    subprocess.run(["docker", "exec", "-d", "-u", "yolo", cid, "sh", "-c", " ".join(squatter)], check=True)
+    ws.exec(f"kill -KILL {ws.services()['sshd']['pid']}")
+    wait_until(
+        lambda: ws.exec(f"cat {release}.holding 2>/dev/null; true") == "0.0.0.0", timeout=30, interval=0.1
+    )
+    seen = set()
+    for _ in range(4):  # two seconds and more: sshd's restarts meet the squatter (at most 4 fail)
+        seen |= {ws.services()["sshd"]["state"], _health(ws)}
+        time.sleep(0.5)
+    assert "running" not in seen and "healthy" not in seen, seen
+    assert any(state.startswith("unhealthy: sshd is ") for state in seen), seen
+    ws.exec(f"touch {release}")
+    wait_until(lambda: ws.services()["sshd"]["state"] == "running", timeout=60, interval=0.5)
+    wait_until(lambda: _health(ws) == "healthy", timeout=30, interval=0.5)
+    assert as_yolo(ws, "echo in").strip() == "in"
+
+
+def test_trusting_the_home_loads_what_the_user_added(
+    ws: Workstation, planted: requests.Session, tmp_path: Path
+) -> None:
+    override = tmp_path / "trust-home.yaml"
+    override.write_text('services:\n  workstation:\n    environment:\n      RIG_JUPYTER_TRUST_HOME: "1"\n')
+    ws.overrides.append(override)
+    try:
+        up(ws)  # recreated with the setting; the volumes (and the plants) stay
+        auth = {"Authorization": f"token {ws.token()}"}
+        specs = requests.get(f"{ws.jupyter}/api/kernelspecs", headers=auth, timeout=10).json()["kernelspecs"]
+        assert "planted" in specs, sorted(specs)
+        assert "planted-ext" in requests.get(f"{ws.jupyter}/lab", headers=auth, timeout=30).text
+        wait_until(
+            lambda: {"rscript-ran.log", "server-ext-ran.log"} <= set(as_yolo(ws, "ls ~").split()), timeout=30
+        )
+    finally:
+        ws.overrides.remove(override)

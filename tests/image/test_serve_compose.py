@@ -152,7 +152,7 @@ def test_jupyter_terminal_sees_the_same_environment(ws: Workstation) -> None:
     out = result.stdout + result.stderr
     assert f"RESULT@@/opt/venv/bin/python@@all@@{TRICKY}@@yolo@@" in out, out
     owners = ws.exec(
-        "ps -o uid=,gid=,args= -u yolo | grep -E 'rig.workstation.labserver|tensorboard' | grep -v grep"
+        "ps -o uid=,gid=,args= -u yolo | grep -E 'rig[.]workstation[.](labserver|boardserver)' | grep -v grep"
     )
     ids = [line.split()[:2] for line in owners.splitlines() if line.strip()]
     assert len(ids) >= 2 and all(i == ["4321", "4322"] for i in ids), owners

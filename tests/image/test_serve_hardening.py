@@ -48,6 +48,9 @@ WRITABLE_BY_DESIGN = (
     "/run/secrets/authorized_keys",
     # and here when no CA_BUNDLE is given.
     "/run/secrets/ca-bundle.pem",
+    # JupyterLab's runtime folder (its kernels' connection files): yolo's, made afresh by root at
+    # every start without following what is in it (planted links below).
+    "/run/rig/jupyter",
 )
 
 
@@ -122,7 +125,8 @@ def test_links_planted_where_root_acts_are_never_followed(hws: Workstation) -> N
         hws,
         "set -e; cd /workspace; rm -rf runs notebooks; ln -s /opt/venv/bin runs; mkdir notebooks; "
         "ln -s /opt/venv/bin/rig notebooks/quickstart.ipynb; "
-        "ln -s /run/secrets/cloud_key notebooks/.rig-seeded.json",
+        "ln -s /run/secrets/cloud_key notebooks/.rig-seeded.json; "
+        "ln -s /opt/venv/bin /run/rig/jupyter/bin; ln -s /etc /run/rig/jupyter/etc",
     )
     log = restart(hws)
     assert owners(hws, *targets) == before
@@ -159,8 +163,10 @@ def test_healthcheck_runs_unprivileged(hws: Workstation) -> None:
         ).stdout
     )
     assert spec[:3] == ["CMD", "setpriv", "--reuid=65534"] and "-I" in spec
-    # The same command, run by hand: it answers as nobody.
-    out = hws.exec(" ".join(spec[1:]) + "; " + " ".join([*spec[1:5], "id", "-u"]))
+    # The same command, run by hand: it answers as nobody. (Right after a start TensorBoard may still
+    # be starting: the fixtures wait for SSH and JupyterLab only.)
+    command = " ".join(spec[1:]) + "; " + " ".join([*spec[1:5], "id", "-u"])
+    out = wait_until(lambda: (answer := hws.exec(command)).startswith("healthy") and answer, timeout=90)
     assert out.splitlines() == ["healthy", "65534"]
 
 
@@ -199,7 +205,7 @@ def test_secrets_reach_no_kernel_terminal_or_session(hws: Workstation) -> None:
     # its environment, descriptors or memory (it is not dumpable: issue 26's test_hostile_user).
     environ = hws.ssh("cat /proc/$(pgrep -o -u yolo -f '[.]labserver')/environ")
     assert environ.returncode != 0 and "Permission denied" in environ.stderr, environ
-    assert hws.exec("ls /run/rig").split() == ["services.json", "urls"]
+    assert hws.exec("ls /run/rig").split() == ["jupyter", "services.json", "urls"]  # (runtime folder)
     # The password still works: sshd's database got it.
     assert hws.ssh("true", password=PASSWORD).returncode == 0
 
@@ -340,7 +346,7 @@ def test_what_a_user_leaves_never_wedges_the_start(hws: Workstation, plant: str,
     for line, text in zip(warned, expected, strict=True):
         assert line.startswith("WARNING workspace: " + text), log
     rss_kb = int(
-        hws.exec("ps -o rss= -p $(pgrep -f '^/opt/venv/bin/python3? /opt/venv/bin/rig serve')").strip()
+        hws.exec("ps -o rss= -p $(pgrep -f '^/opt/venv/bin/python3? (-I )?/opt/venv/bin/rig serve')").strip()
     )
     assert rss_kb < 200_000, f"rig serve holds {rss_kb} kB"
     as_yolo(hws, "cd /workspace && rm -rf runs notebooks && mkdir runs")

@@ -12,6 +12,7 @@ import argparse
 import os
 import queue
 import secrets
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,20 @@ def write_soft(path: Path, data: bytes, what: str, mode: int = 0o644) -> bool:
     return True
 
 
+def fresh_runtime_dir(path: Path, ids: users.Ids) -> None:
+    """JupyterLab's runtime folder, empty and new at every start: nothing of the last start's (a
+    kernel's connection file, a planted secret) is there. Its parent is root's; shutil.rmtree
+    follows no link (it works on descriptors), and the new folder is chowned through its descriptor."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path.mkdir(mode=0o700)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchown(fd, ids.uid, ids.gid)
+    finally:
+        os.close(fd)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise RigError(
@@ -61,6 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     environ = dict(os.environ)
     names = services.enabled(environ)
+    services.trusts_home(environ)  # a bad value stops the start here, in one line
     ids = users.current_ids()
     config = serveconfig.load(environ, ids=ids)
     # The users' jobs get TERM and this long to save their work; then the services get TERM and
@@ -97,6 +113,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             )
     if "jupyter" in names or "tensorboard" in names:
         workspace.prepare(ids)  # as yolo, in a child with a deadline: root never acts in /workspace
+    if "jupyter" in names:
+        fresh_runtime_dir(services.JUPYTER_RUNTIME_DIR, ids)
     # Generated at every start: a token that leaked (a session read it) ends with the next restart.
     token = config.jupyter_token or secrets.token_hex(24)
     OLD_TOKEN_FILE.unlink(missing_ok=True)  # kept for good before: revoked

@@ -1,7 +1,7 @@
 """`rig train key=value...`: Ultralytics on N GPUs through torchrun, NUMA binding and tuned arguments.
 
-Everything is decided before anything runs (rig.launch.job), so bad input stops with one line and
-`--dry-run` prints the exact command; then a single exec, so torchrun's exit code is ours.
+Everything is decided before anything runs (rig.launch.trainplan), so bad input stops with one line
+and `--dry-run` prints the exact command; then a single exec, so torchrun's exit code is ours.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from typing import Any
 
 from rig import log
 from rig.commands.options import add_topology_options, topology
-from rig.launch import hangup, job
+from rig.launch import hangup, job, trainplan
 from rig.yolo import hostdata
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    launch = job.plan_train(
+    launch = trainplan.plan_train(
         hostdata.resolve_args(args.args),
         gpus=args.gpus,
-        ranks=job.cpu_ranks(args.cpu_ranks, os.environ),
-        discover=lambda: topology(args),
-        check_dataset=not args.dry_run,
+        cpu_ranks_given=args.cpu_ranks,
+        read_topology=lambda: topology(args),
+        dry_run=args.dry_run,
     )
     if launch.done:
         log.get("train").info("%s", launch.done)
@@ -42,7 +42,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--cpu-ranks",
         metavar="N",
-        help=f"with device=cpu: N ranks per node (gloo) on shares of its CPUs (env {job.CPU_RANKS_ENV})",
+        help="with device=cpu: N ranks per node (gloo) on shares of its CPUs "
+        f"(env {trainplan.CPU_RANKS_ENV})",
     )
     p.add_argument("--dry-run", action="store_true", help="print the exact command and stop")
     p.add_argument("args", nargs="*", metavar="key=value", help="Ultralytics train arguments")

@@ -1,19 +1,32 @@
 """Multi-node: which node this is and where the rendezvous lives, from the variables schedulers set.
 
-Our own NNODES/NODE_RANK/MASTER_ADDR/MASTER_PORT win; then Kubeflow's PyTorchJob (PET_* and its
-MASTER_ADDR/WORLD_SIZE/RANK, one pod per node); then Slurm (one task per node). The result becomes
+Our own NNODES/NODE_RANK/MASTER_ADDR/MASTER_PORT win; then Slurm (one task per node), then Kubeflow's
+PyTorchJob (PET_* and its MASTER_ADDR/WORLD_SIZE/RANK, one pod per node). The result becomes
 torchrun's static rendezvous, which honours the node rank and MASTER_ADDR (job.torchrun_command).
+
+Slurm: the step's variables over the job's (`srun -N1` inside a two-node allocation is a one-node
+step); the node list read with python-hostlist, Slurm's own syntax (`gpu[01-02]-ib`, several
+brackets, padding); the port from the job id, as enroot's PyTorch hook computes it, so two jobs
+that share node 0 never collide. Slurm comes before Kubeflow because that hook (Pyxis, images with
+PYTORCH_VERSION) also sets MASTER_ADDR, WORLD_SIZE and RANK, counting tasks, not nodes.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+import ipaddress
+import socket
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+import hostlist  # type: ignore[import-untyped]
 
 from rig.errors import RigError
 
 DEFAULT_PORT = 29500
+# enroot's PyTorch hook (50-slurm-pytorch.sh): 61000 + job id mod 4536, ports 61000-65535, above
+# Linux's ephemeral range (32768-60999), so no outgoing connection of the node holds one.
+SLURM_PORT_BASE = 61000
+SLURM_PORT_SPAN = 4536
 
 
 @dataclass(frozen=True)
@@ -37,15 +50,45 @@ def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
     return value
 
 
-def first_host(nodelist: str) -> str:
-    """The first host of a Slurm nodelist: 'gpu[03-05,9],cpu1' -> 'gpu03'."""
-    m = re.match(r"^([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
-    if not m:
-        raise RigError(f"cannot read SLURM_JOB_NODELIST={nodelist!r}; set MASTER_ADDR to the first node")
-    prefix, ranges = m.group(1), m.group(2)
-    if not ranges:
-        return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
+def hostnames(nodelist: str, name: str = "SLURM_JOB_NODELIST") -> list[str]:
+    """A Slurm node list's hosts in Slurm's order: 'gpu[01-02]-ib,cpu1' -> gpu01-ib, gpu02-ib, cpu1."""
+    try:
+        hosts = [str(h) for h in hostlist.expand_hostlist(nodelist.strip())]
+    except hostlist.BadHostlist as e:
+        raise RigError(f"cannot read {name}={nodelist!r} ({e}); set MASTER_ADDR to the first node") from None
+    if not hosts:
+        raise RigError(f"{name} is empty; set MASTER_ADDR to the first node")
+    return hosts
+
+
+def slurm_port(job_id: str) -> int | None:
+    """The job's rendezvous port (enroot's formula); None without a job id."""
+    return SLURM_PORT_BASE + int(job_id) % SLURM_PORT_SPAN if job_id.strip().isdigit() else None
+
+
+def _first(environ: Mapping[str, str], names: Sequence[str]) -> str | None:
+    return next((n for n in names if environ.get(n, "").strip()), None)
+
+
+def _slurm(env: Mapping[str, str], port: int) -> tuple[int, int, str | None, int, str]:
+    """Slurm's node count, node rank, master address, port and rendezvous id: the step's over the job's."""
+    count = _first(env, ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"))
+    nnodes = _int(env, count, 1) if count else 1
+    tasks = env.get("SLURM_STEP_NUM_TASKS", "").strip()
+    if tasks.isdigit() and int(tasks) > nnodes:
+        raise RigError(
+            f"Slurm started {tasks} tasks on {nnodes} node(s); rig train wants one task per node "
+            "(srun --ntasks-per-node=1) and starts a rank per GPU itself"
+        )
+    rank = _int(env, "SLURM_NODEID", 0) if "SLURM_NODEID" in env else 0
+    addr = env.get("MASTER_ADDR", "").strip() or None
+    if addr is None and nnodes > 1:
+        listed = _first(env, ("SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"))
+        addr = hostnames(env[listed], listed)[0] if listed else None
+    job = env.get("SLURM_JOB_ID", "").strip()
+    if not env.get("MASTER_PORT"):
+        port = slurm_port(job) or port
+    return nnodes, rank, addr, port, env.get("RDZV_ID") or job or "yolo-rig"
 
 
 def node_spec(environ: Mapping[str, str]) -> NodeSpec:
@@ -59,6 +102,11 @@ def node_spec(environ: Mapping[str, str]) -> NodeSpec:
         )
         addr = env.get("MASTER_ADDR")
         rdzv = env.get("RDZV_ID", "yolo-rig")
+    elif "PET_NNODES" not in env and _first(
+        env, ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+    ):
+        source = "slurm"
+        nnodes, rank, addr, port, rdzv = _slurm(env, port)
     elif "PET_NNODES" in env or ("MASTER_ADDR" in env and "WORLD_SIZE" in env and "RANK" in env):
         source = "kubeflow"
         if "PET_NNODES" in env and env["PET_NNODES"].isdigit():
@@ -71,14 +119,6 @@ def node_spec(environ: Mapping[str, str]) -> NodeSpec:
         if env.get("PET_MASTER_PORT"):
             port = _int(env, "PET_MASTER_PORT", 1)
         rdzv = env.get("RDZV_ID") or env.get("JOB_NAME") or "yolo-rig"
-    elif "SLURM_JOB_NUM_NODES" in env or "SLURM_NNODES" in env:
-        source = "slurm"
-        nnodes = _int(env, "SLURM_JOB_NUM_NODES" if "SLURM_JOB_NUM_NODES" in env else "SLURM_NNODES", 1)
-        rank = _int(env, "SLURM_NODEID", 0) if "SLURM_NODEID" in env else 0
-        addr = env.get("MASTER_ADDR") or (
-            first_host(env["SLURM_JOB_NODELIST"]) if env.get("SLURM_JOB_NODELIST") else None
-        )
-        rdzv = env.get("RDZV_ID") or env.get("SLURM_JOB_ID") or "yolo-rig"
     else:
         return NodeSpec(1, 0, None, port, "yolo-rig", "single")
 
@@ -89,6 +129,39 @@ def node_spec(environ: Mapping[str, str]) -> NodeSpec:
             f"{nnodes} nodes but no MASTER_ADDR: set MASTER_ADDR to the host name of node 0 on every node"
         )
     return NodeSpec(nnodes, rank, addr, port, rdzv, source)
+
+
+Resolver = Callable[[str], Sequence[str]]
+
+
+def resolve(host: str) -> list[str]:
+    """The addresses host resolves to on this node; [] when it does not resolve here."""
+    try:
+        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host.strip("[]"), None)})
+    except (OSError, UnicodeError):
+        return []
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def check_master(node: NodeSpec, addresses: Sequence[str]) -> None:
+    """Several nodes and a master address that means this node only (it resolves to loopback): node
+    0's store would listen where no other node can reach it, and they would wait for the rendezvous
+    timeout. One line, before anything waits. addresses: what it resolves to here (resolve)."""
+    if node.nnodes <= 1 or node.master_addr is None or not addresses:
+        return
+    if all(_is_loopback(a) for a in addresses):
+        raise RigError(
+            f"the master address {node.master_addr} resolves to {', '.join(addresses)} here, the loopback: "
+            f"the other {node.nnodes - 1} node(s) cannot reach node 0's store there (Debian and Ubuntu map "
+            "the host name to 127.0.1.1 in /etc/hosts); set MASTER_ADDR to node 0's routable host name or "
+            "address on every node"
+        )
 
 
 def job_name(environ: Mapping[str, str]) -> str | None:
@@ -104,3 +177,12 @@ def job_name(environ: Mapping[str, str]) -> str | None:
         if name and name != master:
             return name
     return None
+
+
+RDZV_ID_ENV = "RDZV_ID"
+
+
+def job_identity(environ: Mapping[str, str]) -> str | None:
+    """Who owns a run directory (rig.launch.rundir): the scheduler's job (job_name), else RDZV_ID,
+    the one value every node of a run started by hand shares; None: this launch alone."""
+    return job_name(environ) or environ.get(RDZV_ID_ENV, "").strip() or None

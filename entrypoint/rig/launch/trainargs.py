@@ -9,8 +9,8 @@ every rule is a pure function a test calls directly. The INFO and WARNING lines 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,35 +128,58 @@ def with_tuning(args: Mapping[str, str], decisions: Iterable[tuning.Decision]) -
     return {**args, **added}
 
 
-def with_defaults(user_args: Mapping[str, str], *, demo_data: Path, weights_dir: Path) -> dict[str, str]:
+@dataclass(frozen=True)
+class Found:
+    """What the rules read from the world, read once by the caller (rig.launch.trainplan.discover)."""
+
+    demo_data: Path  # the demo dataset's data.yaml
+    demo_data_exists: bool
+    default_weights: Path  # yolo11n.pt in the weights folder
+    default_weights_exist: bool
+    default_batch: float  # Ultralytics' default batch per GPU
+
+
+def default_data(user_args: Mapping[str, str], found: Found) -> str | None:
+    """The data= a run trains on: the user's, else the demo dataset where there is one; None for a
+    resume (the checkpoint has its data)."""
+    if "data" in user_args or resume_of(user_args) is not False:
+        return user_args.get("data")
+    return str(found.demo_data) if found.demo_data_exists else None
+
+
+def with_defaults(user_args: Mapping[str, str], found: Found) -> dict[str, str]:
     """data and model when the user gave none: the demo dataset, yolo11n (from scratch if offline)."""
     args = dict(user_args)
     resuming = resume_of(args) is not False
     if "data" not in args and not resuming:
-        if not demo_data.exists():
+        if not found.demo_data_exists:
             raise RigError(
-                f"no data= given and no demo dataset at {demo_data}; run `make demo-data` or pass data="
+                f"no data= given and no demo dataset at {found.demo_data}; run `make demo-data` or pass data="
             )
-        args["data"] = str(demo_data)
+        args["data"] = str(found.demo_data)
     if "model" not in args and not resuming:
-        weights = weights_dir / "yolo11n.pt"
-        args["model"] = "yolo11n.pt" if weights.exists() else "yolo11n.yaml"
-        if not weights.exists():
-            _logger.info("no model= given and no %s: training yolo11n from scratch", weights)
+        args["model"] = "yolo11n.pt" if found.default_weights_exist else "yolo11n.yaml"
+        if not found.default_weights_exist:
+            _logger.info("no model= given and no %s: training yolo11n from scratch", found.default_weights)
     return args
 
 
-def with_resume(args: dict[str, str], *, runs_dir: Path) -> dict[str, str]:
-    """resume=True continues the newest run unless model= names its last.pt."""
-    if resume_of(args) is not True or args.get("model", "").endswith(".pt"):
+def wants_newest_last(args: Mapping[str, str]) -> bool:
+    """resume=True without a checkpoint: the newest last.pt of the runs folder is the one."""
+    return resume_of(args) is True and not args.get("model", "").endswith(".pt")
+
+
+def with_resume(args: dict[str, str], newest_last: Path | None, runs_dir: Path) -> dict[str, str]:
+    """resume=True continues the newest run (newest_last: the newest last*.pt under runs_dir) unless
+    model= names its last.pt."""
+    if not wants_newest_last(args):
         return args
-    found = sorted(runs_dir.glob("**/last*.pt"), key=os.path.getctime)
-    if not found:
+    if newest_last is None:
         raise RigError(
             f"no last.pt under {runs_dir}; give model=path/to/last.pt", option="resume", value="True"
         )
-    _logger.info("resuming %s", found[-1])
-    return {**args, "model": str(found[-1])}
+    _logger.info("resuming %s", newest_last)
+    return {**args, "model": str(newest_last)}
 
 
 def project(args: Mapping[str, str], *, runs_dir: Path) -> Path:
@@ -166,3 +189,63 @@ def project(args: Mapping[str, str], *, runs_dir: Path) -> Path:
         base = runs_dir / guess_task(args)
         given = base / given if given else base
     return given
+
+
+@dataclass(frozen=True)
+class Located:
+    """Where a request's run and data are, for discovery to look at (read nothing here)."""
+
+    project: Path  # the run's folder's parent
+    name: str  # its name, before Ultralytics' -2, -3
+    data: str | None  # the dataset it trains on (None: a resume's, in the checkpoint)
+    auto_resume: bool  # resume=auto
+    newest_last_wanted: bool  # resume=True without a checkpoint
+    new_folder: bool  # a new run in a folder of its own (no resume, no exist_ok=True)
+
+
+def locate(user_args: Mapping[str, str], *, runs_dir: Path, default_name: str, found: Found) -> Located:
+    return Located(
+        project=project(user_args, runs_dir=runs_dir),
+        name=user_args.get("name") or default_name,
+        data=default_data(user_args, found),
+        auto_resume=user_args.get("resume", "").strip().lower() == "auto",
+        newest_last_wanted=wants_newest_last(user_args),
+        new_folder=resume_of(user_args) is False and user_args.get("exist_ok", "").strip().lower() != "true",
+    )
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The trainer's arguments, the variables the levers give it, whether it resumes a checkpoint
+    (which knows its run directory), and whether the launcher prepares the data."""
+
+    args: dict[str, str]
+    env: dict[str, str]
+    resuming: bool
+    exist_ok: bool  # the user's exist_ok=True: the run folder is project/name as it is
+
+
+def decide(
+    user_args: Mapping[str, str],
+    *,
+    world: int,
+    cpu: bool,
+    device: str,
+    found: Found,
+    newest_last: Path | None,
+    runs_dir: Path,
+    smart_value: Callable[[str], Any],
+    tune: Callable[[Mapping[str, str]], Iterable[tuning.Decision]],
+) -> Decided:
+    """Every rule above, in order, once: the levers (and rect), the defaults, resume=True's
+    checkpoint, the device, the batch over the world, then the loader's workers and cache (tune:
+    rig.yolo.tuning's decisions for the arguments so far). check_batch comes first, on its own."""
+    args, lever_env = with_levers(user_args, world=world, cpu=cpu, smart_value=smart_value)
+    args = with_resume(with_defaults(args, found), newest_last, runs_dir)
+    args = with_batch({**args, "device": device}, world, found.default_batch)
+    return Decided(
+        with_tuning(args, tune(args)),
+        lever_env,
+        resume_of(args) is not False,
+        args.get("exist_ok", "").strip().lower() == "true",
+    )

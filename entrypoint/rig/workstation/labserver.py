@@ -1,4 +1,5 @@
-"""`python -I -m rig.workstation.labserver ARGS`: JupyterLab, with its token from stdin, started fast.
+"""`python -I -m rig.workstation.labserver [--trust-home] ARGS`: JupyterLab, with its token from stdin,
+started fast.
 
 The token: the supervisor opens a root-only file (services.JUPYTER_TOKEN_FILE) as this process's
 stdin. The server first makes itself non-dumpable (prctl PR_SET_DUMPABLE 0): its /proc/PID/environ,
@@ -6,8 +7,24 @@ fd/ and mem become root's, and the sessions of user yolo, the same uid, can no l
 ptrace it. Then it reads the token and gives it to JupyterLab as command-line configuration, which
 outranks every config file, inside this process only (`/proc/PID/cmdline` shows the original argv).
 Kernels and terminals are separate programs: exec makes them dumpable again, with /dev/null as stdin.
-The server's info files (`jpserver-PID.json`, `jpserver-PID-open.html` in ~/.local/share/jupyter,
+The server's info files (`jpserver-PID.json`, `jpserver-PID-open.html` in its runtime folder,
 which hold the token) are not written.
+
+The login cookie: tornado signs it with the server's cookie secret, which jupyter_server keeps in a
+file of its runtime folder, the same at every start. Anyone who reads that file forges a login
+cookie, and a login outlives the restart that was to revoke it. Here the secret is drawn at random
+in this process, at every start, and never written: only the server has it, and a restart revokes
+every login cookie with the token. The same for the key that signs trusted notebooks (whose HTML and
+JavaScript outputs the browser runs), kept by nbformat in the data folder: drawn here, with the
+signatures in memory, so no session can make a notebook trusted; trust lasts one start.
+
+--trust-home (RIG_JUPYTER_TRUST_HOME=1): the user's packages in ~/.local become importable, after
+the image's (so rig and the server's own packages stay the image's), .pth files included: the price
+is in docs/security.md.
+
+The port: the supervisor holds it and hands this process the listening socket
+(rig.workstation.handover); the server serves on it instead of binding its own, and says so on its
+ready pipe once its loop runs.
 
 jsonschema imports `rfc3987_syntax` when it is installed (nbformat's `format-nongpl` extra pulls it
 in), and that module compiles ~35 Lark parsers at import: seconds of the server's start on a busy
@@ -18,11 +35,17 @@ keep it.
 
 import ctypes
 import os
+import secrets
+import site
 import sys
 from typing import Any
 
+from rig.errors import RigError
+from rig.workstation import handover, userenv
+
 PR_SET_DUMPABLE = 4
 MIN_TOKEN = 16
+TRUST_HOME = "--trust-home"
 
 
 def not_dumpable() -> None:
@@ -45,6 +68,16 @@ def main() -> int:
     if len(token) < MIN_TOKEN or any(c.isspace() for c in token):
         print("ERROR jupyter: no token on stdin; start JupyterLab with `rig serve`", file=sys.stderr)
         return 2
+    try:
+        taken = handover.take()
+    except (RigError, OSError) as e:
+        print(f"ERROR jupyter: {e}", file=sys.stderr)
+        return 2
+    taken.listener.setblocking(False)  # tornado's accept loop expects it
+    args = sys.argv[1:]
+    if args[:1] == [TRUST_HOME]:
+        args = args[1:]
+        site.addsitedir(str(userenv.site_packages()))
     sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # `import` now raises ImportError
     from jupyter_server.serverapp import ServerApp  # type: ignore[import-not-found,unused-ignore]
     from jupyterlab.labapp import LabApp  # type: ignore[import-not-found,unused-ignore]
@@ -52,11 +85,25 @@ def main() -> int:
     def skip(_self: Any, *_args: Any) -> None:
         return None
 
+    def serve_on_the_held_socket(self: Any) -> None:  # called once the server's loop runs
+        self.http_server.add_sockets([taken.listener])
+        taken.ready()
+
     server: Any = ServerApp
     server.write_server_info_file = skip
     server.write_browser_open_files = skip
     server.write_browser_open_file = skip
-    LabApp.launch_instance(argv=[*sys.argv[1:], f"--IdentityProvider.token={token}"])
+    server._find_http_port = skip  # it would bind a test socket, refused: the port is held
+    server._bind_http_server = serve_on_the_held_socket
+    LabApp.launch_instance(
+        argv=[
+            *args,
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.cookie_secret={secrets.token_hex(32)}",
+            f"--NotebookNotary.secret={secrets.token_hex(32)}",
+            "--NotebookNotary.db_file=:memory:",
+        ]
+    )
     return 0
 
 

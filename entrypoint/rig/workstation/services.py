@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from rig import paths, safepython
 from rig.errors import RigError
-from rig.workstation import sshd, users
+from rig.workstation import labserver, sshd, userenv, users
 from rig.workstation.serveconfig import without_secrets
 from rig.workstation.spec import ServiceSpec
 
@@ -15,11 +15,20 @@ RUNS = paths.RUNS
 JUPYTER_PORT = 8888
 TENSORBOARD_PORT = 6006
 ALL = ("sshd", "jupyter", "tensorboard")
-# JupyterLab's config folder: the image's, root's, empty (but for jupyter_core's `migrated` marker).
-# ~/.jupyter (yolo's) would let any session change how the server authenticates (a password hash, an
-# empty token, an extension) from its next start on.
+# JupyterLab's config folder: the image's, root's (docker/jupyter_server_config.json and jupyter_core's
+# `migrated` marker). ~/.jupyter (yolo's) would let any session change how the server authenticates
+# (a password hash, an empty token, an extension) from its next start on.
 JUPYTER_CONFIG_DIR = paths.OPT / "jupyter"
+# Its data folder (templates, kernel specs, lab extensions it loads first): the image's, root's and
+# empty, instead of ~/.local/share/jupyter, where a session would plant code the server runs.
+JUPYTER_DATA_DIR = paths.OPT / "jupyter-data"
+# Its runtime folder (kernels' connection files): made afresh by `rig serve` at every start.
+JUPYTER_RUNTIME_DIR = paths.RUN / "jupyter"
 JUPYTER_USER_DIR = users.HOME / ".jupyter/lab"  # JupyterLab's settings and workspaces: data, yolo's
+# RIG_JUPYTER_TRUST_HOME=1: the server also loads what the user added in ~/.local (server and lab
+# extensions, kernel specs, nbconvert templates, language servers), at the price in docs/security.md.
+TRUST_HOME_ENV = "RIG_JUPYTER_TRUST_HOME"
+_YES, _NO = {"1", "yes", "true", "on"}, {"", "0", "no", "false", "off"}
 
 
 def enabled(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -42,14 +51,25 @@ def sshd_spec(environ: Mapping[str, str], password_login: bool) -> ServiceSpec:
     return ServiceSpec("sshd", tuple(argv), sshd.PORT, without_secrets(environ))
 
 
+def trusts_home(environ: Mapping[str, str]) -> bool:
+    raw = environ.get(TRUST_HOME_ENV, "").strip().lower()
+    if raw not in _YES | _NO:
+        raise RigError(f"{TRUST_HOME_ENV}={raw!r}: use 1 (load what you add in ~/.local) or 0 (the default)")
+    return raw in _YES
+
+
 def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: str) -> ServiceSpec:
     """JupyterLab; `token` travels on its stdin (rig.workstation.labserver): not in its environment,
-    which every kernel and terminal inherits, not in argv, which every process sees, not on disk."""
+    which every kernel and terminal inherits, not in argv, which every process sees, not on disk.
+    Its port is held by the supervisor (rig.workstation.handover)."""
+    trusted = trusts_home(environ)
     argv = (
         # `jupyter lab`, minus a slow import (see there); isolated (rig.safepython): nothing in its
         # working folder (/workspace: terminals open there) or ~/.local is imported into the server,
-        # and Jupyter reads no config from its working folder.
+        # and Jupyter reads no config from its working folder. Trusting the home, ~/.local's
+        # packages are importable after the image's.
         *safepython.module("/opt/venv/bin/python", "rig.workstation.labserver", safepython.SERVICE),
+        *([labserver.TRUST_HOME] if trusted else []),
         "--no-browser",
         "--ServerApp.ip=0.0.0.0",
         f"--ServerApp.port={JUPYTER_PORT}",
@@ -61,14 +81,24 @@ def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: str) -> Serv
         # The box is offline by default: no update checks or news feed from the browser's server.
         "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        # Language servers found in ~/.local or on the PATH are probed (run) at every start: only
+        # when the home is trusted (the image ships none). docker/jupyter_server_config.json has
+        # the image's default (off).
+        *(["--LanguageServerManager.autodetect=True"] if trusted else []),
     )
     env = users.session_environ(without_secrets(environ))
     env.update(
         JUPYTER_CONFIG_DIR=str(JUPYTER_CONFIG_DIR),
+        JUPYTER_RUNTIME_DIR=str(JUPYTER_RUNTIME_DIR),
         JUPYTERLAB_SETTINGS_DIR=str(JUPYTER_USER_DIR / "user-settings"),
         JUPYTERLAB_WORKSPACES_DIR=str(JUPYTER_USER_DIR / "workspaces"),
     )
-    return ServiceSpec("jupyter", argv, JUPYTER_PORT, env, ids, WORKSPACE, stdin=(token + "\n").encode())
+    if trusted:  # what `pip install` of an extension puts in ~/.local (its prefix)
+        env["JUPYTER_CONFIG_PATH"] = str(userenv.prefix(users.HOME) / "etc/jupyter")
+    else:
+        env["JUPYTER_DATA_DIR"] = str(JUPYTER_DATA_DIR)
+    stdin = (token + "\n").encode()
+    return ServiceSpec("jupyter", argv, JUPYTER_PORT, env, ids, WORKSPACE, stdin=stdin, listen="0.0.0.0")
 
 
 def tensorboard_spec(environ: Mapping[str, str], ids: users.Ids) -> ServiceSpec:
@@ -77,15 +107,18 @@ def tensorboard_spec(environ: Mapping[str, str], ids: users.Ids) -> ServiceSpec:
         "nice",
         "-n",
         "10",
-        "/opt/venv/bin/tensorboard",
+        # `tensorboard` on the socket the supervisor holds; isolated: no sitecustomize or package
+        # from ~/.local or PYTHONPATH runs in it.
+        *safepython.module("/opt/venv/bin/python", "rig.workstation.boardserver", safepython.SERVICE),
         f"--logdir={RUNS}",
         # No authentication of its own: reachable only inside the container, through JupyterLab's
         # proxy (/proxy/6006/, under the token) or an SSH tunnel (-L 6006:localhost:6006).
         "--host=127.0.0.1",
         f"--port={TENSORBOARD_PORT}",
     )
-    env = users.session_environ(without_secrets(environ))
-    return ServiceSpec("tensorboard", argv, TENSORBOARD_PORT, env, ids)
+    # Without yolo's packages and scripts (~/.local): they are for sessions, never a service.
+    env = users.service_environ(without_secrets(environ))
+    return ServiceSpec("tensorboard", argv, TENSORBOARD_PORT, env, ids, listen="127.0.0.1")
 
 
 def plan(

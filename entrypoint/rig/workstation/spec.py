@@ -13,9 +13,12 @@ from rig.workstation.users import Ids
 class ServiceSpec:
     name: str
     argv: tuple[str, ...]
-    port: int  # it is RUNNING once this port accepts connections on 127.0.0.1
+    port: int  # it is RUNNING once it listens there (and holds every socket listening there)
     env: Mapping[str, str] = field(default_factory=dict)
     ids: Ids | None = None  # None: stays root (a service that drops privileges itself, like sshd)
     cwd: Path = Path("/")  # root's: nothing a user leaves in a working folder is picked up
     # Bytes the supervisor hands it through a pipe on its stdin: a secret for it alone, never on disk.
     stdin: bytes | None = field(default=None, repr=False)
+    # The address the supervisor listens on for it, handing the socket to each start
+    # (rig.workstation.handover); None: the service binds its port itself.
+    listen: str | None = None

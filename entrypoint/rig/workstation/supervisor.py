@@ -7,6 +7,15 @@ restart policy does the restart. Stopping first gives the users' jobs SIGTERM an
 handlers only put the signal on a queue (`queue.SimpleQueue.put` is reentrant, safe in a handler);
 the loop acts on it, and tests inject into the same queue instead of sending real signals. The
 transitions are pure functions below.
+
+A service's port is its own. A service the supervisor holds the port for (spec.listen) gets the
+listening socket at every start and says on a pipe when it serves (rig.workstation.handover): no
+other process can take that port. One that binds its own port (sshd) is RUNNING only once every
+socket listening there is one it holds (`probe`: socket inodes to its pid, rig.workstation.listening);
+while another process holds the port, it is never RUNNING (it fails to start and is restarted with
+backoff, or stays STARTING until its start times out), and the healthcheck says unhealthy.
+services.json names the listening sockets' inodes, for `rig health` to check that the listener is
+still the service's.
 """
 
 from __future__ import annotations
@@ -17,17 +26,18 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
 from rig import log, safefs
-from rig.workstation import servicelog, sessions
-from rig.workstation.listening import listening
+from rig.workstation import handover, servicelog, sessions
+from rig.workstation.listening import held_by
 from rig.workstation.spec import ServiceSpec
 
 _logger = log.get("serve")
@@ -38,7 +48,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class State(enum.Enum):
-    STARTING = "starting"  # spawned, its port does not answer yet
+    STARTING = "starting"  # spawned, not yet serving on its own port
     RUNNING = "running"
     BACKOFF = "backoff"  # exited; waits `retry_at` before the next start
     FATAL = "fatal"  # failed too often in a row; left alone until the container restarts
@@ -85,10 +95,14 @@ def after_exit(
     return Status(State.BACKOFF, now, failures, now + delay)
 
 
-def spawn(spec: ServiceSpec) -> subprocess.Popen[bytes]:
-    """Start a service in its own process group (so TERM/KILL reach its children too)."""
+def spawn(
+    spec: ServiceSpec, env: Mapping[str, str] | None = None, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """Start a service in its own process group (so TERM/KILL reach its children too); `env` and
+    `pass_fds`: what rig.workstation.handover hands it, if anything."""
+    spec = replace(spec, env={**spec.env, **(env or {})}) if env else spec
     if spec.stdin is None:
-        return _popen(spec, subprocess.DEVNULL)
+        return _popen(spec, subprocess.DEVNULL, pass_fds)
     # A pipe holds far more than a secret, so it is written in full before the service reads it. Its
     # inode is root's (0600): another process of the service's user cannot reopen it through /proc.
     read_end, write_end = os.pipe()
@@ -97,12 +111,12 @@ def spawn(spec: ServiceSpec) -> subprocess.Popen[bytes]:
             os.write(write_end, spec.stdin)
         finally:
             os.close(write_end)
-        return _popen(spec, read_end)
+        return _popen(spec, read_end, pass_fds)
     finally:
         os.close(read_end)
 
 
-def _popen(spec: ServiceSpec, stdin: int) -> subprocess.Popen[bytes]:
+def _popen(spec: ServiceSpec, stdin: int, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         list(spec.argv),
         env=dict(spec.env) or None,
@@ -111,6 +125,7 @@ def _popen(spec: ServiceSpec, stdin: int) -> subprocess.Popen[bytes]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        pass_fds=pass_fds,
         user=spec.ids.uid if spec.ids else None,
         group=spec.ids.gid if spec.ids else None,
         extra_groups=[] if spec.ids else None,
@@ -140,12 +155,13 @@ class Supervisor:
         events: queue.SimpleQueue[int] | None = None,
         policy: Policy = Policy(),
         state_file: Path | None = None,
-        probe: Callable[[int], bool] = listening,
+        probe: Callable[[int, int], tuple[int, ...]] = held_by,
         clock: Callable[[], float] = time.monotonic,
         session_uid: int | None = None,
         read_procs: Callable[[], Sequence[sessions.Proc]] = sessions.read_proc,
     ) -> None:
-        """`session_uid`: whose sessions' jobs to stop first, found by `read_procs` (None: no one)."""
+        """`session_uid`: whose sessions' jobs to stop first, found by `read_procs` (None: no one).
+        `probe(port, pid)`: the inodes of the sockets listening on `port`, when `pid` holds them all."""
         self.specs = {s.name: s for s in specs}
         self.events: queue.SimpleQueue[int] = events if events is not None else queue.SimpleQueue()
         self.policy = policy
@@ -159,9 +175,23 @@ class Supervisor:
         self.pumps: list[threading.Thread] = []
         self.state_unwritten = False  # a state write failed (a full disk): warned once
         self.timed_out: set[str] = set()  # services the supervisor killed for not answering in time
+        self.held: dict[str, handover.Held] = {}  # the ports held for their services, for good
+        self.guards: dict[str, socket.socket | None] = {}  # the IPv6 side of the others' ports
+        self.ready_pipes: dict[str, int] = {}  # their read ends, while they start
+        self.inodes: dict[str, tuple[int, ...]] = {}  # the sockets a RUNNING service listens on
+
+    def hold_ports(self) -> None:
+        """Listen on the held services' ports and guard the IPv6 side of the others', before any
+        service starts (a RigError: one is taken)."""
+        for name, spec in self.specs.items():
+            if spec.listen is not None and name not in self.held:
+                self.held[name] = handover.hold(spec.listen, spec.port)
+            elif spec.listen is None and name not in self.guards:
+                self.guards[name] = handover.block_ipv6(spec.port)
 
     def run(self) -> int:
         """Supervise until a stop signal; 0 after a clean stop, 1 once a service is FATAL."""
+        self.hold_ports()
         for name in self.specs:
             self._start(name)
         while True:
@@ -180,11 +210,19 @@ class Supervisor:
     def _start(self, name: str) -> None:
         spec = self.specs[name]
         logger = log.get(name)
+        handed = handover.hand_over(self.held[name]) if name in self.held else None
         try:
-            proc = spawn(spec)
+            proc = spawn(spec, handed.env, handed.fds) if handed else spawn(spec)
         except OSError as e:
+            if handed:
+                os.close(handed.ready_read)
             self._failed(name, f"cannot start {spec.argv[0]}: {e}")
             return
+        finally:
+            if handed:
+                os.close(handed.ready_write)
+        if handed:
+            self.ready_pipes[name] = handed.ready_read
         self.procs[name] = proc
         assert proc.stdout is not None
         pump = threading.Thread(
@@ -216,6 +254,7 @@ class Supervisor:
             proc = self.procs.get(name)
             if proc is not None and proc.poll() is not None:
                 del self.procs[name]
+                self._forget(name)
                 _signal_group(proc.pid, signal.SIGKILL)  # leftovers of the dead service's group
                 code = proc.returncode
                 ours = name in self.timed_out
@@ -226,7 +265,10 @@ class Supervisor:
                     killed=code < 0 and not ours,
                 )
             elif status.state is State.STARTING and proc is not None:
-                if self.probe(self.specs[name].port):
+                inodes = self._listens(name, proc.pid)
+                if inodes:
+                    self.inodes[name] = inodes
+                    self._forget_pipe(name)
                     self._set(name, replace(status, state=State.RUNNING, since=now))
                     logger.info("running on port %d (pid %d)", self.specs[name].port, proc.pid)
                 elif now - status.since > self.policy.start_timeout:
@@ -239,6 +281,23 @@ class Supervisor:
                     _signal_group(proc.pid, signal.SIGKILL)
             elif status.state is State.BACKOFF and now >= status.retry_at:
                 self._start(name)
+
+    def _listens(self, name: str, pid: int) -> tuple[int, ...]:
+        """The inodes of the sockets the service listens on; empty: not (yet) its own port."""
+        if name in self.held:
+            pipe = self.ready_pipes.get(name)
+            return (self.held[name].inode,) if pipe is not None and handover.is_ready(pipe) else ()
+        return self.probe(self.specs[name].port, pid)
+
+    def _forget_pipe(self, name: str) -> None:
+        pipe = self.ready_pipes.pop(name, None)
+        if pipe is not None:
+            os.close(pipe)
+
+    def _forget(self, name: str) -> None:
+        """What the supervisor knew of a service's start that has ended."""
+        self._forget_pipe(name)
+        self.inodes.pop(name, None)
 
     def stop(self) -> int:
         """The users' jobs first (TERM, a grace period), then every service: TERM, a deadline, KILL,
@@ -260,7 +319,16 @@ class Supervisor:
             proc.wait()
         for pump in self.pumps:
             pump.join(timeout=1)
+        for name in self.procs:
+            self._forget(name)
         self.procs.clear()
+        for held in self.held.values():
+            held.close()
+        self.held.clear()
+        for guard in self.guards.values():
+            if guard is not None:
+                guard.close()
+        self.guards.clear()
         for name in self.status:
             if self.status[name].state is not State.FATAL:
                 self.status[name] = Status(State.STOPPED, self.clock())
@@ -336,6 +404,7 @@ class Supervisor:
                 "state": s.state.value,
                 "pid": self.procs[name].pid if name in self.procs else None,
                 "port": self.specs[name].port,
+                "inodes": list(self.inodes.get(name, ())),
                 "failures": s.failures,
             }
             for name, s in self.status.items()

@@ -88,11 +88,17 @@ def _run(argv: list[str]) -> None:
         raise RigError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
 
 
+def service_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a service run as yolo: the container's, with yolo's identity."""
+    env = dict(environ)
+    env.update(HOME=str(HOME), USER=USER, LOGNAME=USER, SHELL=SHELL)
+    return env
+
+
 def session_environ(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment of a program run as yolo: the container's, with yolo's identity and its own
     packages (`pip install` in a session) importable."""
-    env = dict(environ)
-    env.update(HOME=str(HOME), USER=USER, LOGNAME=USER, SHELL=SHELL)
+    env = service_environ(environ)
     env.update(userenv.session_variables(environ, HOME))
     return env
 

@@ -303,31 +303,43 @@ def classify_full_size(
     return len(images), len(images) * sum(sizes) // len(sizes)
 
 
-def launch_decisions(
-    *,
-    user_args: Mapping[str, str],
-    data: str | None,
-    rank_cpus: int,
-    nranks: int,
-    world: int | None = None,
-    sys_root: Path = Path("/"),
-    datasets_dir: Path | None = None,
-) -> list[Decision]:
-    """Discover the machine and the dataset, then decide (see `decide`)."""
+@dataclass(frozen=True)
+class Dataset:
+    """The dataset's size, as `decide` needs it (None: unknown)."""
+
+    train_images: int | None = None
+    full_size_bytes: int | None = None  # a classification dataset's, decoded at full resolution
+
+
+def size_dataset(
+    data: str | None, *, sys_root: Path = Path("/"), datasets_dir: Path | None = None
+) -> Dataset:
+    """Read the size of the dataset `data` names (None: no dataset to size)."""
     if datasets_dir is None:
         datasets_dir = ultra.datasets_dir(root=sys_root)
-    images, full_size = None, None
     located = datasets.locate(data, datasets_dir) if data else None
     if located is not None and located.is_dir():  # a classification dataset
         images, full_size = classify_full_size(located) or (None, None)
-    elif data:
-        images = datasets.count_train_images(data, datasets_dir)
+        return Dataset(images, full_size)
+    return Dataset(datasets.count_train_images(data, datasets_dir) if data else None)
+
+
+def decide_for(
+    resources: Resources,
+    dataset: Dataset,
+    *,
+    user_args: Mapping[str, str],
+    rank_cpus: int,
+    nranks: int,
+    world: int | None = None,
+) -> list[Decision]:
+    """`decide` on what read_resources and size_dataset read."""
     return decide(
         user_args=user_args,
-        train_images=images,
-        resources=read_resources(sys_root),
+        train_images=dataset.train_images,
+        resources=resources,
         rank_cpus=rank_cpus,
         nranks=nranks,
         world=world,
-        full_size_bytes=full_size,
+        full_size_bytes=dataset.full_size_bytes,
     )

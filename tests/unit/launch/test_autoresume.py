@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rig import cli
 from rig.errors import RigError
-from rig.launch import autoresume, job, nodes
+from rig.launch import autoresume, nodes, rundir, trainplan
 
 from tests.helpers.fakesys import FakeSys
 
@@ -70,7 +70,7 @@ def test_an_unreadable_last_pt_is_one_line(tmp_path: Path) -> None:
     ],
 )
 def test_the_default_run_name_is_stable_under_a_scheduler(environ: dict[str, str], name: str) -> None:
-    assert job.default_name(environ) == name
+    assert rundir.default_name(nodes.job_name(environ)) == name
     assert (nodes.job_name(environ) is None) == (name == "train")
 
 
@@ -78,7 +78,15 @@ def test_the_default_run_name_is_stable_under_a_scheduler(environ: dict[str, str
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for k in [k for k in os.environ if k.startswith(("SLURM_", "PET_"))]:
         monkeypatch.delenv(k)
-    for k in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", job.CPU_RANKS_ENV):
+    for k in (
+        "NNODES",
+        "NODE_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        trainplan.CPU_RANKS_ENV,
+    ):
         monkeypatch.delenv(k, raising=False)
 
 
@@ -119,3 +127,28 @@ def test_resume_auto_under_slurm_starts_continues_and_finishes(
     assert code == 0 and args == {}
     finished = f"INFO train: resume=auto: {run} is finished ({run}/weights/last.pt); nothing to train"
     assert err.strip().splitlines()[-1] == finished
+
+
+def test_resume_auto_with_a_name_continues_the_jobs_own_folder(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch, clean_env: None
+) -> None:
+    # name=exp under Slurm: job 77's folder is exp (claimed with its owner file); job 78 with the
+    # same name gets exp-2; job 77 requeued continues exp, whatever job 78 left in exp-2.
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    code, err, args = _run(tmp_path, capsys, "name=exp")
+    assert code == 0 and f"no last.pt in {runs}/exp: starting the run there" in err
+    assert rundir.claim(runs, "exp", "slurm-77") == runs / "exp"  # what job 77's reservation made
+    (runs / "exp/weights").mkdir()
+    (runs / "exp/weights/last.pt").write_bytes(b"x")
+    monkeypatch.setattr(autoresume, "_load", lambda _p: _ckpt(1, stopped=True))
+    monkeypatch.setenv("SLURM_JOB_ID", "78")
+    code, err, args = _run(tmp_path, capsys, "name=exp")
+    assert code == 0 and f"no last.pt in {runs}/exp-2: starting the run there" in err, err
+    assert args["name"] == "exp-2" and "resume" not in args
+    assert rundir.claim(runs, "exp", "slurm-78") == runs / "exp-2"
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    code, err, args = _run(tmp_path, capsys, "name=exp")
+    assert code == 0 and f"continuing {runs}/exp/weights/last.pt" in err, err
+    assert args["resume"] == "True" and args["model"] == str(runs / "exp/weights/last.pt")

@@ -10,7 +10,6 @@ import signal
 from pathlib import Path
 
 import pytest
-import rig
 from rig import cli
 from rig.errors import RigError
 from rig.launch import binder, binding, ddp, job, trainer
@@ -138,14 +137,12 @@ def test_dry_run_without_batch_logs_the_total(
 
 
 # ---- 8: one OpenMP thread per CPU, whatever imported Ultralytics first ----------------------------------
-def test_omp_threads_are_decided_from_the_environment_rig_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(rig, "USER_ENVIRON", {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"})
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what `import ultralytics` does when it is unset
-    assert job._env_delta(6)["OMP_NUM_THREADS"] == "6"
-    monkeypatch.setattr(rig, "USER_ENVIRON", {**rig.USER_ENVIRON, "OMP_NUM_THREADS": "3"})
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own value wins
-    assert "OMP_NUM_THREADS" not in job._env_delta(6)
+def test_omp_threads_are_decided_from_the_environment_rig_found() -> None:
+    found = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    now = {**found, "OMP_NUM_THREADS": "1"}  # what `import ultralytics` does when it is unset
+    assert job.env_delta(found, now, 6)["OMP_NUM_THREADS"] == "6"
+    mine = {**found, "OMP_NUM_THREADS": "3"}  # the user's own value wins
+    assert "OMP_NUM_THREADS" not in job.env_delta(mine, mine, 6)
 
 
 # ---- issue 21 item 7: rect= with several ranks ------------------------------------------------------

@@ -39,10 +39,45 @@ from tests.helpers import ENTRYPOINT
                 "SLURM_JOB_NODELIST": "gpu[07-08]",
                 "SLURM_JOB_ID": "9",
             },
-            (2, 1, "gpu07", 29500, "slurm"),
+            (2, 1, "gpu07", 61009, "slurm"),  # the port from the job id: 61000 + 9 % 4536
+        ),
+        (  # Slurm's hostlist syntax: a suffix after the brackets, padding kept
+            {"SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "gpu[01-02]-ib"},
+            (2, 0, "gpu01-ib", 29500, "slurm"),
+        ),
+        (  # an `srun -N1` step inside a two-node allocation is one node: the step's variables win
+            {
+                "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "5",
+                "SLURM_STEP_NUM_NODES": "1", "SLURM_NNODES": "1", "SLURM_STEP_NODELIST": "n2",
+                "SLURM_NODEID": "0",
+            },
+            (1, 0, None, 61005, "slurm"),
+        ),
+        (  # the step's node list, not the job's: node 0 of the step hosts the store
+            {
+                "SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_NODELIST": "n[1-3]", "SLURM_JOB_ID": "5",
+                "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "n[2-3]", "SLURM_NODEID": "1",
+            },
+            (2, 1, "n2", 61005, "slurm"),
+        ),
+        (  # enroot's PyTorch hook (Pyxis): its WORLD_SIZE/RANK count tasks; Slurm's variables decide
+            {
+                "SLURM_JOB_NUM_NODES": "2", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2",
+                "SLURM_NODEID": "1", "SLURM_JOB_ID": "43", "SLURM_STEP_NODELIST": "node[0-1]",
+                "MASTER_ADDR": "node0", "MASTER_PORT": "61043", "WORLD_SIZE": "2", "RANK": "1",
+                "LOCAL_RANK": "0",
+            },
+            (2, 1, "node0", 61043, "slurm"),
+        ),
+        (  # MASTER_PORT and MASTER_ADDR the job sets win over the job id and the node list
+            {
+                "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "n[1-2]",
+                "SLURM_JOB_ID": "42", "MASTER_PORT": "29411", "MASTER_ADDR": "n1-ib",
+            },
+            (2, 0, "n1-ib", 29411, "slurm"),
         ),
     ],
-)
+)  # fmt: skip
 def test_scheduler_variables_become_a_node_spec(env: dict[str, str], expected: tuple[Any, ...]) -> None:
     if env.get("PET_NPROC_PER_NODE"):
         with pytest.raises(RigError, match="not below"):  # RANK=2 of 2 nodes: a mis-set job is refused
@@ -59,6 +94,12 @@ def test_scheduler_variables_become_a_node_spec(env: dict[str, str], expected: t
         ({"NNODES": "0"}, "too small"),
         ({"NNODES": "2", "NODE_RANK": "0"}, "no MASTER_ADDR"),
         ({"NNODES": "2", "NODE_RANK": "2", "MASTER_ADDR": "a"}, "not below"),
+        ({"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[01-"}, "cannot read SLURM_JOB_NODELIST"),
+        (
+            {"SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "8", "SLURM_STEP_NODELIST": "n[1-2]"},
+            r"Slurm started 8 tasks on 2 node\(s\); rig train wants one task per node "
+            r"\(srun --ntasks-per-node=1\)",
+        ),
     ],
 )
 def test_bad_node_variables_are_one_line_errors(env: dict[str, str], message: str) -> None:
@@ -66,9 +107,56 @@ def test_bad_node_variables_are_one_line_errors(env: dict[str, str], message: st
         nodes.node_spec(env)
 
 
-def test_slurm_first_host() -> None:
-    assert nodes.first_host("gpu[03-05,9],cpu1") == "gpu03"
-    assert nodes.first_host("n1,n2") == "n1"
+@pytest.mark.parametrize(
+    ("nodelist", "hosts"),
+    [
+        ("gpu[03-05,9],cpu1", ["gpu03", "gpu04", "gpu05", "gpu9", "cpu1"]),
+        ("gpu[01-02]-ib", ["gpu01-ib", "gpu02-ib"]),
+        ("a[1-2]b[3-4]", ["a1b3", "a1b4", "a2b3", "a2b4"]),
+        ("n[008-010]", ["n008", "n009", "n010"]),
+        ("n1,n2", ["n1", "n2"]),
+    ],
+)
+def test_slurm_node_lists_in_slurms_syntax(nodelist: str, hosts: list[str]) -> None:
+    # The same lists through Slurm's own `scontrol show hostnames`: tests/cluster/test_slurm_nodes.py.
+    assert nodes.hostnames(nodelist) == hosts
+
+
+def test_the_port_comes_from_the_job_id_as_enroots_hook_computes_it() -> None:
+    env = {"SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "n[1-2]"}
+    ports = [nodes.node_spec({**env, "SLURM_JOB_ID": job}).master_port for job in ("42", "43", "4578")]
+    assert ports == [61042, 61043, 61042]  # 61000 + id % 4536: ids 4536 apart share one
+    assert nodes.node_spec({**env, "SLURM_JOB_ID": "42", "MASTER_PORT": "29500"}).master_port == 29500
+
+
+@pytest.mark.parametrize(
+    ("addr", "resolved", "fails"),
+    [
+        ("localhost", ["127.0.0.1", "::1"], True),
+        ("node0", ["127.0.1.1"], True),  # Debian/Ubuntu's /etc/hosts entry for the host's own name
+        ("127.0.0.1", ["127.0.0.1"], True),
+        ("node0", ["10.0.0.5"], False),
+        ("node0", ["127.0.1.1", "10.0.0.5"], False),  # one address other nodes can reach
+        ("gpu01", [], False),  # does not resolve here: the rendezvous says so if it never does
+    ],
+)
+def test_several_nodes_with_a_loopback_master_is_one_line(
+    addr: str, resolved: list[str], fails: bool
+) -> None:
+    spec = nodes.NodeSpec(2, 0, addr, 29500, "r", "rig")
+    if not fails:
+        nodes.check_master(spec, resolved)
+        return
+    with pytest.raises(RigError) as e:
+        nodes.check_master(spec, resolved)
+    assert f"{addr} resolves to {', '.join(resolved)} here, the loopback" in str(e.value)
+    assert "set MASTER_ADDR to node 0's routable host name" in str(e.value)
+    nodes.check_master(nodes.NodeSpec(1, 0, addr, 29500, "r", "rig"), resolved)  # one node: its own loopback
+
+
+def test_localhost_resolves_to_the_loopback() -> None:
+    assert nodes.resolve("localhost") and all(a in {"127.0.0.1", "::1"} for a in nodes.resolve("localhost"))
+    assert nodes.resolve("no-such-host.invalid") == []
 
 
 def test_deploy_files_run_the_same_image_and_command() -> None:

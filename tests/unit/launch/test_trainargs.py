@@ -119,42 +119,45 @@ def test_tuning_fills_only_what_the_user_left_out(caplog: pytest.LogCaptureFixtu
     assert "cache=ram: fits" in caplog.text and "workers=4" not in caplog.text
 
 
+def _found(tmp_path: Path, **kw: object) -> trainargs.Found:
+    """What discovery would read in tmp_path: the demo yaml and yolo11n.pt if they are there."""
+    demo, weights = tmp_path / "demo.yaml", tmp_path / "weights/yolo11n.pt"
+    facts = {
+        "demo_data": demo,
+        "demo_data_exists": demo.exists(),
+        "default_weights": weights,
+        "default_weights_exist": weights.exists(),
+        "default_batch": 16.0,
+    }
+    return trainargs.Found(**{**facts, **kw})  # type: ignore[arg-type]
+
+
 def test_defaults_are_the_demo_data_and_yolo11n(tmp_path: Path) -> None:
     demo, weights = tmp_path / "demo.yaml", tmp_path / "weights"
     with pytest.raises(
         RigError, match=r"no data= given and no demo dataset at .*demo\.yaml; run `make demo-data`"
     ):
-        trainargs.with_defaults({}, demo_data=demo, weights_dir=weights)
+        trainargs.with_defaults({}, _found(tmp_path))
     demo.write_text("train: images\n")
-    assert trainargs.with_defaults({}, demo_data=demo, weights_dir=weights) == {
+    assert trainargs.with_defaults({}, _found(tmp_path)) == {
         "data": str(demo),
         "model": "yolo11n.yaml",  # offline, no weights: from scratch
     }
+    assert trainargs.default_data({}, _found(tmp_path)) == str(demo)
     weights.mkdir()
     (weights / "yolo11n.pt").write_bytes(b"")
-    assert (
-        trainargs.with_defaults({"data": "d.yaml"}, demo_data=demo, weights_dir=weights)["model"]
-        == "yolo11n.pt"
-    )
-    assert trainargs.with_defaults({"resume": "True"}, demo_data=demo, weights_dir=weights) == {
-        "resume": "True"
-    }
+    assert trainargs.with_defaults({"data": "d.yaml"}, _found(tmp_path))["model"] == "yolo11n.pt"
+    assert trainargs.with_defaults({"resume": "True"}, _found(tmp_path)) == {"resume": "True"}
+    assert trainargs.default_data({"resume": "True"}, _found(tmp_path)) is None
 
 
 def test_resume_true_continues_the_newest_run(tmp_path: Path) -> None:
+    runs, last = tmp_path / "runs", tmp_path / "runs/detect/train-2/weights/last.pt"
     with pytest.raises(RigError, match=r"^resume=True: no last.pt under .*; give model=path/to/last.pt"):
-        trainargs.with_resume({"resume": "True"}, runs_dir=tmp_path)
-    last = tmp_path / "detect/train-2/weights/last.pt"
-    last.parent.mkdir(parents=True)
-    last.write_bytes(b"")
-    assert trainargs.with_resume({"resume": "True"}, runs_dir=tmp_path) == {
-        "resume": "True",
-        "model": str(last),
-    }
-    assert (
-        trainargs.with_resume({"resume": "True", "model": "a/last.pt"}, runs_dir=tmp_path)["model"]
-        == "a/last.pt"
-    )
+        trainargs.with_resume({"resume": "True"}, None, runs)
+    assert trainargs.with_resume({"resume": "True"}, last, runs) == {"resume": "True", "model": str(last)}
+    assert trainargs.with_resume({"resume": "True", "model": "a/last.pt"}, last, runs)["model"] == "a/last.pt"
+    assert not trainargs.wants_newest_last({"resume": "True", "model": "a/last.pt"})
 
 
 def test_runs_go_under_the_runs_dir_by_task(tmp_path: Path) -> None:

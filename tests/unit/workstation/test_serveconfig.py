@@ -109,6 +109,43 @@ def test_jupyter_token_travels_on_stdin_not_the_environment_argv_or_a_config() -
     assert "--host=127.0.0.1" in tensorboard.argv and not set(tensorboard.env) & serveconfig.SECRET_VARIABLES
 
 
+def test_services_run_nothing_from_the_home_unless_the_user_trusts_it() -> None:
+    environ = {"PATH": "/opt/venv/bin:/usr/bin", "PYTHONPATH": "/workspace/src"}
+    jupyter = services.jupyter_spec(environ, CURRENT, "s" * 20)
+    # The server: isolated, the image's data folder, a runtime folder of this start, its port held.
+    assert jupyter.argv[:4] == ("/opt/venv/bin/python", "-I", "-m", "rig.workstation.labserver")
+    assert jupyter.env["JUPYTER_DATA_DIR"] == "/opt/rig/jupyter-data"
+    assert jupyter.env["JUPYTER_RUNTIME_DIR"] == "/run/rig/jupyter"
+    assert not any("LanguageServerManager" in a for a in jupyter.argv)  # the image's config: off
+    assert jupyter.listen == "0.0.0.0" and jupyter.port == 8888
+    # Its kernels and terminals are the user's: they import the user's packages.
+    assert jupyter.env["PYTHONPATH"].split(":")[1:] == [
+        "/home/yolo/.local/lib/python3.11/site-packages",
+        "/workspace/src",
+    ]
+    tensorboard = services.tensorboard_spec(environ, CURRENT)
+    assert tensorboard.argv[3:7] == ("/opt/venv/bin/python", "-I", "-m", "rig.workstation.boardserver")
+    assert (
+        tensorboard.env["PATH"] == "/opt/venv/bin:/usr/bin"
+        and tensorboard.env["PYTHONPATH"] == "/workspace/src"
+    )
+    assert tensorboard.listen == "127.0.0.1" and tensorboard.env["HOME"] == "/home/yolo"
+    trusted = services.jupyter_spec({**environ, "RIG_JUPYTER_TRUST_HOME": "1"}, CURRENT, "s" * 20)
+    assert trusted.argv[:5] == (
+        "/opt/venv/bin/python",
+        "-I",
+        "-m",
+        "rig.workstation.labserver",
+        "--trust-home",
+    )
+    assert "JUPYTER_DATA_DIR" not in trusted.env and "--LanguageServerManager.autodetect=True" in trusted.argv
+    assert trusted.env["JUPYTER_CONFIG_PATH"] == "/home/yolo/.local/etc/jupyter"
+    assert trusted.env["JUPYTER_RUNTIME_DIR"] == "/run/rig/jupyter"  # the runtime folder stays rig's
+    assert not services.trusts_home({"RIG_JUPYTER_TRUST_HOME": "0"})
+    with pytest.raises(RigError, match="RIG_JUPYTER_TRUST_HOME='maybe': use 1"):
+        services.trusts_home({"RIG_JUPYTER_TRUST_HOME": "maybe"})
+
+
 @pytest.mark.parametrize(
     ("mode", "owner", "readable"),
     [(0o600, (0, 0), False), (0o644, (0, 0), True), (0o640, (0, 4322), True), (0o600, (4321, 0), True)],

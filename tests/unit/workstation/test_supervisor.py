@@ -72,7 +72,11 @@ def test_crash_restarts_only_that_service_then_fatal_stops_everything_with_exit_
     policy = Policy(max_failures=3, backoff_base=0.2, backoff_cap=0.4, stop_timeout=5)
     specs = [_spec("steady", "import time; time.sleep(60)", 1), _spec("crashy", "raise SystemExit(3)", 2)]
     sup = Supervisor(
-        specs, events=events, policy=policy, state_file=tmp_path / "s.json", probe=lambda p: p == 1
+        specs,
+        events=events,
+        policy=policy,
+        state_file=tmp_path / "s.json",
+        probe=lambda p, pid: (7,) if p == 1 else (),
     )
     result, thread = _run_in_thread(sup)
     wait_until(lambda: sup.status["steady"].state is State.RUNNING)
@@ -92,7 +96,7 @@ def test_crash_restarts_only_that_service_then_fatal_stops_everything_with_exit_
 
 def test_a_service_that_cannot_start_goes_fatal_with_one_error_line(records: Records) -> None:
     spec = services.ServiceSpec("ghost", ("/nonexistent/ghost",), 1, {}, None, Path("/"))
-    sup = Supervisor([spec], policy=Policy(max_failures=2, backoff_base=0.1), probe=lambda p: False)
+    sup = Supervisor([spec], policy=Policy(max_failures=2, backoff_base=0.1), probe=lambda p, pid: ())
     assert sup.run() == 1
     errors = records.lines(logging.ERROR)
     assert len(errors) == 1 and errors[0].startswith("rig.ghost: cannot start /nonexistent/ghost:"), errors
@@ -102,7 +106,10 @@ def test_term_then_kill_after_the_deadline() -> None:
     events: queue.SimpleQueue[int] = queue.SimpleQueue()
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
     sup = Supervisor(
-        [_spec("stubborn", stubborn, 1)], events=events, policy=Policy(stop_timeout=1), probe=lambda p: True
+        [_spec("stubborn", stubborn, 1)],
+        events=events,
+        policy=Policy(stop_timeout=1),
+        probe=lambda p, pid: (7,),
     )
     result, thread = _run_in_thread(sup)
     wait_until(lambda: sup.status["stubborn"].state is State.RUNNING)
@@ -269,7 +276,7 @@ def test_stop_waits_for_jobs_then_stops_services_and_skips_idle_shells(
             [_spec("svc", service_code, 1)],
             events=events,
             policy=Policy(session_grace=30, stop_timeout=5),
-            probe=lambda p: True,
+            probe=lambda p, pid: (7,),
             session_uid=YOLO,
             read_procs=_children({"python": job, "bash": shell}),
         )
@@ -306,7 +313,7 @@ def test_stop_gives_up_on_a_job_after_the_session_grace(tmp_path: Path, records:
             [_spec("svc", "import time; time.sleep(60)", 1)],
             events=events,
             policy=Policy(session_grace=1, stop_timeout=5),
-            probe=lambda p: True,
+            probe=lambda p, pid: (7,),
             session_uid=YOLO,
             read_procs=_children({"python": stubborn}),
         )

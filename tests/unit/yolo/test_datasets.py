@@ -41,9 +41,8 @@ def test_list_files_resolve_dot_slash_lines_against_their_folder(tmp_path: Path)
 def _found_by_every_reader(data: str, datasets_dir: Path) -> dict[str, object]:
     """What tuning, the offline check and the doctor make of one data= (doctor: root = datasets' parent)."""
     root = datasets_dir.parent
-    decisions = tuning.launch_decisions(
-        user_args={}, data=data, rank_cpus=1, nranks=1, sys_root=root, datasets_dir=datasets_dir
-    )
+    dataset = tuning.size_dataset(data, sys_root=root, datasets_dir=datasets_dir)
+    decisions = tuning.decide_for(tuning.read_resources(root), dataset, user_args={}, rank_cpus=1, nranks=1)
     cache = next(d.reason for d in decisions if d.key == "cache")
     facts = doctor_gather.gather_dataset(data, root, batch=16, imgsz=64, nranks=1, rank_cpus=1)
     return {

@@ -11,9 +11,10 @@ from rig.yolo.tuning import (
     Resources,
     classify_full_size,
     decide,
-    launch_decisions,
+    decide_for,
     node_cache_free,
     read_resources,
+    size_dataset,
 )
 
 from tests.helpers.datasets import make_dataset
@@ -258,7 +259,9 @@ def test_cgroup_v1_limit_turns_the_cache_off(tmp_path: Path) -> None:
     # 800 images at 640 px are 0.9 GiB even as one node-wide copy: over a 1 GiB container's headroom.
     root = fake_cgroup_v1(fake_root(tmp_path / "root", 16 * 1024 * 1024), GIB, 256 * MIB)
     data = make_dataset(tmp_path / "ds", 800)
-    got = launch_decisions(user_args={}, data=str(data), rank_cpus=1, nranks=1, sys_root=root)
+    got = decide_for(
+        read_resources(root), size_dataset(str(data), sys_root=root), user_args={}, rank_cpus=1, nranks=1
+    )
     cache = next(d for d in got if d.key == "cache")
     assert cache.value == "False" and "exceeds" in cache.reason, cache
 
@@ -315,9 +318,10 @@ def test_node_cache_room(tmp_path: Path) -> None:
         (tmp_path / "cache").chmod(0o755)
 
 
-def test_launch_decisions_end_to_end(tmp_path: Path) -> None:
+def test_discover_then_decide_end_to_end(tmp_path: Path) -> None:
     root = fake_root(tmp_path / "root", 16 * 1024 * 1024)
     data = make_dataset(tmp_path / "ds", 5)
-    got = values(launch_decisions(user_args={}, data=str(data), rank_cpus=2, nranks=1, sys_root=root))
+    resources, dataset = read_resources(root), size_dataset(str(data), sys_root=root)
+    got = values(decide_for(resources, dataset, user_args={}, rank_cpus=2, nranks=1))
     assert got["cache"] == "ram"
     assert got["workers"] in {"0", "1", "2"}  # capped by the host filesystem's free space under tmp_path

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 from rig import cli
-from rig.errors import RigError
 from rig.hardware.topology import format_cpulist
-from rig.launch import binding, job
-from rig.yolo import tuning
+from rig.launch import binding, rundir, trainplan
+from rig.yolo import tuning, ultra
+from rig.yolo.nodecache import prepare
 
 from tests.helpers.fakesys import FakeSys, bus
 
@@ -45,8 +45,8 @@ def execs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
     monkeypatch.setattr(os, "execvpe", record)
     for name in (
-        "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES",
-        job.CPU_RANKS_ENV,
+        "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "PET_NNODES",
+        "RDZV_ID", trainplan.CPU_RANKS_ENV,
     ):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     for name in [k for k in os.environ if k.startswith("SLURM_")]:
@@ -156,17 +156,6 @@ def test_dry_run_prints_the_exact_torchrun_command(
     assert not runs.exists()  # a dry run leaves nothing behind
 
 
-def test_run_directory_is_decided_once_as_ultralytics_names_it(tmp_path: Path) -> None:
-    # Ultralytics 8.4's increment_path: runs/detect/train, then train-2, train-3 (sep "-").
-    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train"
-    (tmp_path / "train").mkdir()
-    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train-2"
-    (tmp_path / "train-2").mkdir()
-    (tmp_path / "train3").mkdir()  # the old naming is not Ultralytics': not a step of the sequence
-    assert job.next_run_dir(tmp_path, "train", False) == tmp_path / "train-3"
-    assert job.next_run_dir(tmp_path, "train", True) == tmp_path / "train"
-
-
 def test_gpu_ids_and_device_choose_the_same_gpus(
     tree: tuple[Path, str], execs: list[list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -187,7 +176,8 @@ def test_gpu_ids_and_device_choose_the_same_gpus(
 def test_multi_node_dry_run_uses_a_static_rendezvous(
     tree: tuple[Path, str], execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    for k, v in {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29411"}.items():
+    env = {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29411", "RDZV_ID": "r1"}
+    for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
     cmd = shlex.split(capsys.readouterr().out)
@@ -215,8 +205,8 @@ def test_loader_tuning_gets_the_local_ranks_and_the_global_world(
     tree: tuple[Path, str], execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     seen: list[dict[str, Any]] = []
-    monkeypatch.setattr(tuning, "launch_decisions", lambda **kw: seen.append(kw) or [])
-    for k, v in {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0"}.items():
+    monkeypatch.setattr(tuning, "decide_for", lambda _resources, _dataset, **kw: seen.append(kw) or [])
+    for k, v in {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0", "RDZV_ID": "r1"}.items():
         monkeypatch.setenv(k, v)
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
     assert [(kw["nranks"], kw["world"]) for kw in seen] == [(2, 4)]  # /dev/shm per node, batch per world
@@ -230,7 +220,7 @@ def test_resume_false_trains_like_no_resume(
     demo = tmp_path / "demo/data.yaml"
     demo.parent.mkdir()
     demo.write_text("train: images\n")
-    monkeypatch.setattr(job, "DEMO_DATA", demo)
+    monkeypatch.setattr(trainplan, "DEMO_DATA", demo)
     argv = ["train", "--dry-run", "device=cpu", "model=m.yaml", f"project={tmp_path / 'runs'}"]
     assert cli.main([*argv, f"resume={resume}"]) == 0
     program = shlex.split(capsys.readouterr().out)
@@ -259,20 +249,6 @@ def test_two_launches_started_at_once_get_two_run_directories(tree: tuple[Path, 
     assert all(len(n) == 1 for n in names), logs
     assert sorted(n[0] for n in names) == ["train", "train-2", "train-3", "train-4"], logs
     assert sorted(p.name for p in runs.iterdir()) == ["train", "train-2", "train-3", "train-4"]
-
-
-def test_the_run_directory_reservation_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
-    (tmp_path / "file").write_text("")
-    with pytest.raises(
-        RigError, match=r"cannot create the run directory .*file/train .*give project= a writable"
-    ):
-        job.reserve_run_dir(tmp_path / "file", "train", False)
-    (tmp_path / "train").write_text("")  # a file where a run folder would go: not a run, not skipped over
-    with pytest.raises(RigError, match="cannot create the run directory"):
-        job.reserve_run_dir(tmp_path, "train", False)
-    assert (
-        job.reserve_run_dir(tmp_path, "t", True) == job.reserve_run_dir(tmp_path, "t", True) == tmp_path / "t"
-    )
 
 
 @pytest.fixture
@@ -322,7 +298,13 @@ def test_cpu_ranks_run_through_torchrun_the_binder_and_the_trainer(
 def test_cpu_ranks_from_the_environment_and_across_nodes(
     box: Path, execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    env = {job.CPU_RANKS_ENV: "2", "NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0"}
+    env = {
+        trainplan.CPU_RANKS_ENV: "2",
+        "NNODES": "2",
+        "NODE_RANK": "1",
+        "MASTER_ADDR": "node0",
+        "RDZV_ID": "r",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert cli.main(_dry(box, "device=cpu", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
@@ -381,3 +363,88 @@ def test_bad_cpu_ranks_are_one_line_and_launch_nothing(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ERROR rig: ") and message in err[0], err
     assert execs == []
+
+
+SLURM_TWO_NODES = {
+    "SLURM_JOB_NUM_NODES": "2", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NODEID": "0",
+    "SLURM_JOB_NODELIST": "gpu[01-02]-ib", "SLURM_STEP_NODELIST": "gpu[01-02]-ib",
+}  # fmt: skip
+
+
+def _slurm_dry(box: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, job: str) -> list[str]:
+    for k, v in {**SLURM_TWO_NODES, "SLURM_JOB_ID": job}.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(_dry(box, "device=cpu", "data=x.yaml", "model=m.yaml", "batch=2")) == 0
+    return _split(capsys.readouterr().out)[1]
+
+
+def test_slurm_dry_runs_name_the_master_and_a_port_per_job(
+    box: Path, execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # gpu[01-02]-ib: node 0 is gpu01-ib (Slurm's syntax, the suffix kept); jobs 42 and 43, which may
+    # share node 0, get ports 61042 and 61043 (61000 + job id mod 4536, enroot's formula).
+    cmds = [_slurm_dry(box, monkeypatch, capsys, job) for job in ("42", "43")]
+    assert [c[c.index("--master-addr") + 1] for c in cmds] == ["gpu01-ib", "gpu01-ib"]
+    assert [c[c.index("--master-port") + 1] for c in cmds] == ["61042", "61043"]
+    monkeypatch.setenv("MASTER_PORT", "29411")  # the job's own wins
+    cmd = _slurm_dry(box, monkeypatch, capsys, "42")
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "gpu01-ib:29411"
+
+
+@pytest.mark.parametrize("addr", ["localhost", "127.0.0.1"])
+def test_several_nodes_with_a_loopback_master_is_one_error_line(
+    box: Path, execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any, addr: str
+) -> None:
+    for k, v in {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": addr, "RDZV_ID": "r"}.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(_dry(box, "device=cpu", "data=x.yaml", "model=m.yaml", "batch=2")) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"ERROR rig: the master address {addr} resolves to 127.0.0.1")
+    assert "set MASTER_ADDR to node 0's routable host name or address" in err[0]
+    assert execs == []
+
+
+def test_nodes_started_by_hand_need_a_run_identity(
+    box: Path, execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any, tmp_path: Path
+) -> None:
+    for k, v in {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0"}.items():
+        monkeypatch.setenv(k, v)
+    argv = _dry(box, "device=cpu", "data=x.yaml", "model=m.yaml", "batch=2", f"project={tmp_path}")
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot agree on a new run directory: set RDZV_ID" in err[0], err
+    assert cli.main([*argv, "name=a", "exist_ok=True"]) == 0  # the user's own folder: agreed by name
+    monkeypatch.setenv("RDZV_ID", "run1")
+    assert cli.main(argv) == 0
+
+
+def test_the_dry_run_skips_the_two_writing_steps_by_name(
+    box: Path, execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any, tmp_path: Path
+) -> None:
+    # The same plan, with and without the steps that write: the run directory's claim and the data's
+    # preparation (the dataset check, the label scan and node cache: recorded here, no Ultralytics).
+    done: list[str] = []
+    monkeypatch.setattr(ultra, "check_dataset", lambda data, task="detect": done.append(f"check {data}"))
+    monkeypatch.setattr(prepare, "before_ranks", lambda args, **kw: done.append("prepare") or dict(args))
+    argv = ["device=cpu", "--cpu-ranks", "2", "data=x.yaml", "model=m.yaml", f"project={tmp_path}/r"]
+    assert cli.main(_dry(box, *argv)) == 0
+    dry = _split(capsys.readouterr().out)[1]
+    assert done == [] and not (tmp_path / "r").exists()
+    with pytest.raises(SystemExit):  # exec: recorded, not run
+        cli.main(["train", "--sysfs-root", str(box), *argv])
+    assert done == ["check x.yaml", "prepare"] and execs == [dry]
+    assert rundir.read_owner(tmp_path / "r/train") is not None  # claimed with an owner file
+
+
+def test_a_trainer_alone_does_not_inherit_a_schedulers_rank_variables(
+    box: Path, execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any, tmp_path: Path
+) -> None:
+    # enroot's PyTorch hook (Pyxis) sets RANK, LOCAL_RANK, WORLD_SIZE and MASTER_* for every task: a
+    # trainer without torchrun would take them for a DDP rank's (Ultralytics builds a DistributedSampler).
+    hook = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "61007"}
+    for k, v in {"SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_ID": "7", **hook}.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(_dry(box, "device=cpu", "data=x.yaml", "model=m.yaml", f"project={tmp_path}")) == 0
+    printed = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
+    assert sorted(a for a in printed if a.startswith("--unset=")) == sorted(f"--unset={k}" for k in hook)
+    assert printed[printed.index(sys.executable) + 3] == "rig.launch.trainer"

@@ -1,0 +1,411 @@
+"""What `rig train` runs, as one pipeline: parse, discover, decide and assemble, each once.
+
+    request = parse(kv_args, gpus=..., cpu_ranks_given=..., environ=...)  # the user's input, checked
+    node = discover(environ, read_topology, user_environ)  # the node and its job, whatever is asked
+    run = discover_run(request.args, node)                 # what is there for the run it names
+    plan = decide(request, node, run)                      # pure: what to run, and why
+    plan = prepare_data(plan)                              # writes   } the two steps
+    plan = reserve_run_dir(plan)                           # writes   } a dry run skips
+    launch = assemble(plan)                                # the command and its variables
+
+Planning has no side effect: `decide` only logs what it decided. The two steps that change the world
+are named, so `--dry-run` prints the command of the same plan without them: the run directory it
+would claim (rig.launch.rundir) and no data prepared (rig.yolo.nodecache.prepare). A decision that
+needs a new fact about the machine (a GPU's memory, say) gets it as a field of `Node`, read in
+`discover`, and is made in `decide` or the rules it calls (rig.launch.trainargs.decide).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import rig
+from rig import log, paths, rankenv, safepython
+from rig.errors import RigError
+from rig.hardware.choice import parse_gpus, select_gpus
+from rig.hardware.topology import Topology
+from rig.launch import autoresume, binding, ddp, job, nodes, rundir, trainargs
+from rig.yolo import tuning, ultra
+from rig.yolo.nodecache import prepare
+
+_logger = log.get("launch")
+
+DEMO_DATA = paths.DEMO_DATASET / "data.yaml"
+TRAINER = "rig.launch.trainer"  # what each rank (or the one CPU process) runs
+CPU_RANKS_ENV = "RIG_CPU_RANKS"  # --cpu-ranks from the environment, for schedulers
+# What a scheduler or enroot's PyTorch hook may have set for a job's tasks: torchrun sets its own
+# for every rank; a trainer that runs alone must see none, or Ultralytics takes it for a DDP rank.
+RENDEZVOUS_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+# ---------------------------------------------------------------------------------------------
+# Parse: the request, checked, before anything is read.
+
+
+def cpu_ranks(given: str | None, environ: Mapping[str, str]) -> int | None:
+    """--cpu-ranks N, or RIG_CPU_RANKS=N from the environment (for schedulers); None: neither."""
+    raw = given if given is not None else environ.get(CPU_RANKS_ENV)
+    if raw is None or (given is None and not raw.strip()):
+        return None
+    text = raw.strip()
+    if not text.isdigit() or int(text) < 1:
+        how = "give the number of CPU ranks per node, a whole number >= 1 (e.g. 2)"
+        if given is None:
+            raise RigError(f"{CPU_RANKS_ENV}={raw!r}: {how}")
+        raise RigError(how, option="--cpu-ranks", value=raw)
+    return int(text)
+
+
+@dataclass(frozen=True)
+class Devices:
+    """What each node trains on: GPUs (their CUDA ids) or `ranks` processes on its CPUs."""
+
+    kind: str  # "gpu", "cpu" (gloo ranks) or "mps" (one process)
+    gpus: str | list[int] | int = "all"
+    ranks: int = 1
+
+
+def choose_devices(user_args: Mapping[str, str], gpus: str | None, ranks: int | None) -> Devices:
+    device = user_args.get("device", "").strip().lower()
+    if device in {"cpu", "mps"}:
+        if gpus is not None:
+            raise RigError(f"device={device} is given too; give one of them", option="--gpus", value=gpus)
+        if device == "mps" and (ranks or 1) > 1:
+            raise RigError(
+                "trains in one process; drop --cpu-ranks (or use device=cpu)", option="device", value=device
+            )
+        return Devices(device, ranks=ranks or 1)
+    if ranks is not None:
+        raise RigError(
+            f"trains on the CPU but the run is on GPUs: add device=cpu, "
+            f"or drop --cpu-ranks (and unset {CPU_RANKS_ENV}) to train on GPUs",
+            option="--cpu-ranks",
+            value=ranks,
+        )
+    if device and gpus is not None:
+        raise RigError(f"device={device} is given too; give one of them", option="--gpus", value=gpus)
+    return Devices("gpu", parse_gpus(device, "device") if device else parse_gpus(gpus))
+
+
+@dataclass(frozen=True)
+class Request:
+    args: dict[str, str]  # the user's Ultralytics arguments, key=value
+    devices: Devices
+
+
+def parse(
+    kv_args: Sequence[str], *, gpus: str | None, cpu_ranks_given: str | None, environ: Mapping[str, str]
+) -> Request:
+    args = trainargs.parse_kv(kv_args)
+    return Request(args, choose_devices(args, gpus, cpu_ranks(cpu_ranks_given, environ)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Discover: everything the decision reads, read here once: the node (whatever is asked), then what
+# the request names (its run's folders, its dataset).
+
+
+@dataclass(frozen=True)
+class Node:
+    """The node and its job, as this launch finds them."""
+
+    spec: nodes.NodeSpec
+    master_addresses: list[str]  # what the master address resolves to on this node
+    topology: Topology
+    identity: str | None  # the job's, which owns its run directory (rig.launch.nodes.job_identity)
+    default_name: str  # train, or the job's train-<job>
+    runs_dir: Path
+    found: trainargs.Found  # the demo dataset, yolo11n.pt, Ultralytics' default batch
+    resources: tuning.Resources  # RAM, /dev/shm, room for the node image cache
+    environ: dict[str, str]  # the environment of this launch
+    user_environ: dict[str, str]  # the environment as rig found it (rig.USER_ENVIRON)
+
+
+def discover(
+    environ: Mapping[str, str], read_topology: Callable[[], Topology], user_environ: Mapping[str, str]
+) -> Node:
+    spec = nodes.node_spec(environ)
+    dirs = ultra.settings_dirs(environ)
+    weights = dirs["weights_dir"] / "yolo11n.pt"
+    found = trainargs.Found(
+        demo_data=DEMO_DATA,
+        demo_data_exists=DEMO_DATA.exists(),
+        default_weights=weights,
+        default_weights_exist=weights.exists(),
+        default_batch=float(ultra.default("batch")),
+    )
+    return Node(
+        spec=spec,
+        master_addresses=nodes.resolve(spec.master_addr) if spec.nnodes > 1 and spec.master_addr else [],
+        topology=read_topology(),
+        identity=nodes.job_identity(environ),
+        default_name=rundir.default_name(nodes.job_name(environ)),
+        runs_dir=dirs["runs_dir"],
+        found=found,
+        resources=tuning.read_resources(),
+        environ=dict(environ),
+        user_environ=dict(user_environ),
+    )
+
+
+@dataclass(frozen=True)
+class Run:
+    """What is there for the run the request names."""
+
+    located: trainargs.Located
+    existing: list[rundir.Existing]  # its folders (name, name-2...) with their owners
+    state: autoresume.RunState | None  # resume=auto: the last.pt of the folder it would continue
+    newest_last: Path | None  # resume=True without a checkpoint: the newest last.pt of the runs
+    dataset: tuning.Dataset  # the size of the dataset it trains on
+
+
+def newest_last(runs_dir: Path) -> Path | None:
+    """The newest last*.pt under runs_dir."""
+    found = sorted(runs_dir.glob("**/last*.pt"), key=os.path.getctime)
+    return found[-1] if found else None
+
+
+def discover_run(args: Mapping[str, str], node: Node) -> Run:
+    """The run's folders and, for resume=auto, the state of the one it would continue: the job's own
+    (a scheduler's job), or project/name (outside one); the dataset's size."""
+    where = trainargs.locate(args, runs_dir=node.runs_dir, default_name=node.default_name, found=node.found)
+    existing = rundir.scan(where.project, where.name)
+    state = None
+    if where.auto_resume:
+        folder = _folder(where, existing, node.identity, auto=True)
+        state = autoresume.read_state(folder.path) if folder.path.exists() else None
+    return Run(
+        located=where,
+        existing=existing,
+        state=state,
+        newest_last=newest_last(node.runs_dir) if where.newest_last_wanted else None,
+        dataset=tuning.size_dataset(where.data),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Decide: pure functions of the request and the facts (they log what they decide).
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This node's ranks (each one's CPUs, memory node and GPU) and the GPUs' CUDA ids (none on the CPU)."""
+
+    bindings: list[binding.RankBinding]
+    gpu_ids: list[int]
+
+
+def place_ranks(devices: Devices, topo: Topology) -> Ranks:
+    """The ranks of one node: one per chosen GPU, or `devices.ranks` on shares of its CPUs."""
+    if devices.kind != "gpu":
+        return Ranks(list(binding.cpu_plan(topo, devices.ranks).ranks), [])
+    gpu_ids = select_gpus(devices.gpus, topo)
+    return Ranks(job.make_plan(topo, gpu_ids), gpu_ids)
+
+
+def device_arg(devices: Devices, ranks: Ranks) -> str:
+    """device= as the trainer gets it: cpu or mps, or the CUDA ids of the run's GPUs."""
+    return devices.kind if devices.kind != "gpu" else ",".join(str(i) for i in ranks.gpu_ids)
+
+
+def check_node(node: Node) -> None:
+    """Every variable a launch reads checked, before anything runs or waits."""
+    job.metrics_env(node.environ)  # a bad RIG_METRICS_PORT: one line, before anything runs
+    ddp.nccl_timeout(node.environ), ddp.stop_grace(node.environ), ddp.rendezvous_timeout(node.environ)
+    nodes.check_master(node.spec, node.master_addresses)
+
+
+def world_line(devices: Devices, node: nodes.NodeSpec, per_node: int) -> str:
+    world = per_node * node.nnodes
+    how = {"gpu": "gpu, nccl", "cpu": "cpu, gloo", "mps": "mps"}[devices.kind]
+    if world == 1 and devices.kind != "gpu":
+        how = f"{devices.kind}, one process"
+    ranks = "rank" if world == 1 else "ranks"
+    nodes_ = "node" if node.nnodes == 1 else "nodes"
+    per = "rank" if per_node == 1 else "ranks"
+    return f"world: {world} {ranks} = {node.nnodes} {nodes_} x {per_node} {per} per node ({how})"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """The run's folder: decided (a dry run prints it), then claimed by reserve_run_dir."""
+
+    path: Path
+    claim: bool  # a new folder, or the job's own: rundir.claim takes it; False: used as it is
+    identity: str | None
+    name: str  # the name the sequence name, name-2... starts from
+
+
+def _folder(
+    where: trainargs.Located,
+    existing: list[rundir.Existing],
+    identity: str | None,
+    *,
+    auto: bool = False,
+    exist_ok: bool = False,
+) -> RunDir:
+    """The run's folder: project/name as it is for the user's exist_ok=True, or for resume=auto
+    outside a scheduler's job; else the job's own, or the first free name (claimed later)."""
+    if exist_ok or (auto and identity is None):
+        return RunDir(where.project / where.name, False, identity, where.name)
+    choice = rundir.choose(where.project, where.name, existing, identity)
+    return RunDir(choice.path, True, identity, where.name)
+
+
+@dataclass(frozen=True)
+class Plan:
+    devices: Devices
+    node: nodes.NodeSpec
+    ranks: Ranks
+    args: dict[str, str]  # the trainer's arguments, but the run directory's
+    env: dict[str, str]  # what the launch's environment gains
+    unset: tuple[str, ...]  # what it loses
+    run: RunDir | None  # None: a resumed checkpoint knows its run directory
+    task: str  # detect, segment...: how the dataset is checked
+    prepare: bool  # the launcher prepares the data before the ranks start
+    done: str | None = None  # nothing to run (resume=auto of a finished run): why
+
+
+def _auto_resume(
+    args: Mapping[str, str], folder: RunDir, state: autoresume.RunState | None
+) -> tuple[dict[str, str], RunDir | None, str | None]:
+    """resume=auto: the folder's last.pt continued (resume=True), a fresh run in the folder, or (the
+    third value) why there is nothing to train."""
+    rest = {k: v for k, v in args.items() if k != "resume"}
+    last = folder.path / "weights" / "last.pt"
+    decision = autoresume.decide(folder.path, state or autoresume.RunState(last, exists=False))
+    if decision.kind == "finished":
+        return rest, None, decision.message
+    _logger.info("%s", decision.message)
+    if decision.kind == "resume":
+        return {**rest, "resume": "True", "model": str(last)}, None, None
+    return rest, folder, None
+
+
+def decide(request: Request, node: Node, run: Run) -> Plan:
+    """The plan of one node: its ranks, the trainer's arguments and environment, the run's folder."""
+    devices, spec = request.devices, node.spec
+    check_node(node)
+    if devices.kind == "mps" and spec.nnodes > 1:
+        raise RigError(
+            "trains in one process; unset NNODES (or the scheduler's node count)",
+            option="device",
+            value="mps",
+        )
+    placed = place_ranks(devices, node.topology)
+    nranks, rank_cpus = len(placed.bindings), len(placed.bindings[0].cpus)
+    world = nranks * spec.nnodes
+    trainargs.check_batch(request.args, world)
+    if run.located.new_folder and node.identity is None and spec.nnodes > 1:
+        raise RigError(
+            f"{spec.nnodes} nodes started by hand cannot agree on a new run directory: set RDZV_ID "
+            "to one value for this run on every node (a restart with the same RDZV_ID and resume=auto "
+            "continues it), or give name= with exist_ok=True"
+        )
+    _logger.info("%s", world_line(devices, spec, nranks))
+    args, folder = dict(request.args), None
+    if run.located.auto_resume:
+        args, folder, done = _auto_resume(
+            args, _folder(run.located, run.existing, node.identity, auto=True), run.state
+        )
+        if done:
+            return Plan(devices, spec, placed, args, {}, (), None, "", False, done)
+    decided = trainargs.decide(
+        args,
+        world=world,
+        cpu=devices.kind != "gpu",
+        device=device_arg(devices, placed),
+        found=node.found,
+        newest_last=run.newest_last,
+        runs_dir=node.runs_dir,
+        smart_value=ultra.smart_value,
+        tune=lambda a: tuning.decide_for(
+            node.resources, run.dataset, user_args=a, rank_cpus=rank_cpus, nranks=nranks, world=world
+        ),
+    )
+    if not decided.resuming and folder is None:
+        folder = _folder(run.located, run.existing, node.identity, exist_ok=decided.exist_ok)
+    gpus = job.run_gpus(placed.bindings, placed.gpu_ids) if devices.kind == "gpu" else None
+    env = {**job.train_env(node.user_environ, node.environ, rank_cpus, gpus), **decided.env}
+    alone = devices.kind != "gpu" and world == 1
+    unset = tuple(v for v in RENDEZVOUS_VARIABLES if v in node.environ) if alone else ()
+    task = trainargs.guess_task(decided.args)
+    wanted = prepare.wanted(decided.args, task, world)
+    return Plan(devices, spec, placed, decided.args, env, unset, folder, task, wanted)
+
+
+# ---------------------------------------------------------------------------------------------
+# The two steps that write, each skipped by a dry run.
+
+
+def reserve_run_dir(plan: Plan) -> Plan:
+    """Claim the run's folder (rig.launch.rundir): the one the plan names, or, when another launch
+    took that name meanwhile, the next; the nodes of one job all end in the same."""
+    run = plan.run
+    if run is None or not run.claim:
+        return plan
+    path = rundir.claim(run.path.parent, run.name, run.identity)
+    if path != run.path:  # another launch took the name between the decision and the claim
+        _logger.info("run directory: %s (%s was taken meanwhile)", path, run.path.name)
+    return dataclasses.replace(plan, run=dataclasses.replace(run, path=path, claim=False))
+
+
+def prepare_data(plan: Plan) -> Plan:
+    """What runs once per node before any rank waits on another: the dataset check (and any download),
+    the label scan and the node image cache (rig.yolo.nodecache.prepare)."""
+    data = plan.args.get("data")
+    if data:
+        try:
+            ultra.check_dataset(data, plan.task)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise RigError(f"dataset {data}: {first}") from None
+    if not plan.prepare:
+        return plan
+    nranks = len(plan.ranks.bindings)
+    args = prepare.before_ranks(plan.args, nranks=nranks, world=nranks * plan.node.nnodes)
+    return dataclasses.replace(plan, args=args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Assemble: the command, once.
+
+
+def assemble(plan: Plan) -> job.Launch:
+    """The trainer with its arguments, under torchrun and the binder; a single CPU (or MPS) rank on
+    one node alone: no process group to join, the container's CPUs unbound."""
+    if plan.done:
+        return job.Launch([], {}, plan.done)
+    args, env = dict(plan.args), dict(plan.env)
+    if plan.run is not None:
+        args.update(project=str(plan.run.path.parent), name=plan.run.path.name, exist_ok="True")
+        env.update(rankenv.launch_variables(None, str(plan.run.path)))
+    python = sys.executable
+    program = [*safepython.module(python, TRAINER), *(f"{k}={v}" for k, v in args.items())]
+    if plan.devices.kind != "gpu" and len(plan.ranks.bindings) * plan.node.nnodes == 1:
+        return job.Launch(program, env, unset=plan.unset)
+    return job.Launch(job.torchrun_command(plan.ranks.bindings, plan.node, program, python, "one"), env)
+
+
+def plan_train(
+    kv_args: Sequence[str],
+    *,
+    gpus: str | None = None,
+    cpu_ranks_given: str | None = None,
+    read_topology: Callable[[], Topology] = job.topology,
+    dry_run: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> job.Launch:
+    """The whole pipeline: what `rig train` runs (a dry run: the same, without the two writing steps)."""
+    env = os.environ if environ is None else environ
+    request = parse(kv_args, gpus=gpus, cpu_ranks_given=cpu_ranks_given, environ=env)
+    node = discover(env, read_topology, rig.USER_ENVIRON)
+    plan = decide(request, node, discover_run(request.args, node))
+    if not dry_run and not plan.done:
+        plan = reserve_run_dir(prepare_data(plan))
+    return assemble(plan)
