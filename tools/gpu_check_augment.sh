@@ -44,7 +44,9 @@ if ! "$PY" -c 'import ultralytics' 2>/dev/null && compgen -G "$WHEELS/*.whl" >/d
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$WHEELS"/*.whl \
         && export PYTHONPATH="$PYTHONPATH:$WORK/site"
 fi
-if ! "$PY" -c 'import ultralytics, sys; print("ultralytics", ultralytics.__version__, file=sys.stderr)' 2>>"$OUT/gpu.txt"; then
+# The device warp reproduces OpenCV 4.11's arithmetic (the image's): the equality is against this OpenCV.
+if ! "$PY" -c 'import ultralytics, cv2, torch, sys; print("ultralytics", ultralytics.__version__, "opencv", cv2.__version__,
+    "torch", torch.__version__, file=sys.stderr)' 2>>"$OUT/gpu.txt"; then
     log "ERROR ultralytics is not importable; put its wheels in $WHEELS (see this script's header)"
     exit 1
 fi
