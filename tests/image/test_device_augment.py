@@ -98,7 +98,8 @@ def test_the_geometry_equals_ultralytics_opencv_warp_on_cpu_tensors(containers: 
     assert rect["shape"] == [4, 3, 96, 160], rect
     assert mixup["labels_equal"] and mixup["within1"] >= WITHIN_ONE and mixup["max"] <= 2, mixup
     assert mixup["ours_transforms"][0] == ["Mosaic", "CopyPaste", "RandomPerspective"], mixup
-    assert "INFO trainer: device augment: the recipe's MixUp needs the warped pixels: mosaic and the " in logs
+    kept = "INFO trainer: device augment: the recipe's MixUp works on the pixels between mosaic and RandomHSV"
+    assert f"{kept}: mosaic and the affine warp stay in the loader workers" in logs
 
 
 def test_the_gains_are_ultralytics_draws(containers: Containers) -> None:

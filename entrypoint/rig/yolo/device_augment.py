@@ -94,15 +94,16 @@ def geometry_kept(steps: list[Any], hsv: int) -> str | None:
     aug = _augment()
     pre = steps[0] if steps else None
     inner = list(getattr(pre, "transforms", [])) if type(pre) is aug.Compose else []
-    kinds = [type(t) for t in inner if not _idle(t, aug)]
-    if kinds != [aug.Mosaic, aug.RandomPerspective] or any(type(t) is aug.Mosaic and t.n != 4 for t in inner):
-        return "the recipe's first steps are not Mosaic then RandomPerspective"
     busy = sorted(
         {type(t).__name__ for t in [*inner, *steps[1:hsv]] if not _idle(t, aug)}
         - {"Mosaic", "RandomPerspective"}
     )
     if busy:
-        return f"the recipe's {' and '.join(busy)} {'needs' if len(busy) == 1 else 'need'} the warped pixels"
+        verb = "works" if len(busy) == 1 else "work"
+        return f"the recipe's {' and '.join(busy)} {verb} on the pixels between mosaic and RandomHSV"
+    kinds = [type(t) for t in inner if not _idle(t, aug)]
+    if kinds != [aug.Mosaic, aug.RandomPerspective] or any(type(t) is aug.Mosaic and t.n != 4 for t in inner):
+        return "the recipe's first steps are not a 2x2 Mosaic then RandomPerspective"
     if any(type(t) is not aug.RandomFlip for t in steps[hsv + 1 : -1]):
         return "a step after RandomHSV is not RandomFlip"
     return None
