@@ -224,21 +224,15 @@ def warp(device: str, kernels: str = "auto", repeats: str = "8") -> None:
             tiles = _tiles(rng, channels)
             s = size[0]
             canvas_w, canvas_h = (2 * s, 2 * s) if mosaic else (tiles[0].shape[1], tiles[0].shape[0])
-            placed = [
-                (t, int(rng.integers(-20, canvas_w - 20)), int(rng.integers(-20, canvas_h - 20)))
-                for t in tiles
-            ]
-            if not mosaic:
-                placed = [(tiles[0], 0, 0)]
             canvas = np.full((canvas_h, canvas_w, channels), 114, np.uint8)
-            parts = []
-            for t, x, y in placed:  # Mosaic's copies, a later one over an earlier one
-                x0, y0 = max(x, 0), max(y, 0)
-                x1, y1 = min(x + t.shape[1], canvas_w), min(y + t.shape[0], canvas_h)
-                if x1 > x0 and y1 > y0:
-                    view = t[y0 - y : y1 - y, x0 - x : x1 - x]
-                    canvas[y0:y1, x0:x1] = view
-                    parts.append(warp_job.Tile(view, x0, y0))
+            if mosaic:  # Mosaic's four quadrants around a centre, cut to the canvas: they never overlap
+                xc, yc = int(rng.integers(s // 2, 3 * s // 2)), int(rng.integers(s // 2, 3 * s // 2))
+                parts = quadrants(tiles, xc, yc, 2 * s)
+            else:
+                parts = [warp_job.Tile(tiles[0], 0, 0)]
+            for part in parts:
+                h, w = part.pixels.shape[:2]
+                canvas[part.y : part.y + h, part.x : part.x + w] = part.pixels
             step = RandomPerspective(**settings, size=size)
             random.seed(1000 * len(cases) + r)
             params = step.get_params({"img": canvas})
@@ -290,6 +284,21 @@ def grid_sampled(canvas: np.ndarray, inverse: np.ndarray, size: tuple[int, int])
     src = torch.from_numpy(canvas).permute(2, 0, 1)[None].float() - 114  # zeros padding: border 114
     out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros", align_corners=False) + 114
     return out[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8)
+
+
+def quadrants(frames: list[np.ndarray], xc: int, yc: int, size: int) -> list[Any]:
+    """Four images placed as Mosaic places them (top left, top right, bottom left, bottom right of
+    the centre), cut to a size x size canvas, as warp_job.Tiles."""
+    from rig.yolo import warp_job
+
+    tiles = []
+    for k, f in enumerate(frames):
+        h, w = f.shape[:2]
+        x, y = (xc - w if k in (0, 2) else xc), (yc - h if k in (0, 1) else yc)
+        x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + w, size), min(y + h, size)
+        if x1 > x0 and y1 > y0:
+            tiles.append(warp_job.Tile(f[y0 - y : y1 - y, x0 - x : x1 - x], x0, y0))
+    return tiles
 
 
 def step_as(step: Any, cls: Any) -> Any:
@@ -407,12 +416,7 @@ def _mosaic_batch(b: int, s: int, rng: np.random.Generator) -> dict[str, Any]:
     for _ in range(b):
         frames = [rng.integers(0, 256, (s * 9 // 16, s, 3), dtype=np.uint8) for _ in range(4)]
         xc, yc = int(rng.integers(s // 2, 3 * s // 2)), int(rng.integers(s // 2, 3 * s // 2))
-        h, w = frames[0].shape[:2]
-        spots = ((xc - w, yc - h), (xc, yc - h), (xc - w, yc), (xc, yc))  # Mosaic's four quadrants
-        tiles = []
-        for f, (x, y) in zip(frames, spots, strict=True):
-            x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + w, 2 * s), min(y + h, 2 * s)
-            tiles.append(warp_job.Tile(f[y0 - y : y1 - y, x0 - x : x1 - x], x0, y0))
+        tiles = quadrants(frames, xc, yc, 2 * s)
         job = warp_job.WarpJob(tiles, 2 * s, 2 * s, 3)
         params = step.get_params({"img": job})
         jobs.append(deferred.apply_image({"img": job}, params)["img"])

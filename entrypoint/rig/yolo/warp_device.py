@@ -61,20 +61,32 @@ def render(flat: Any, geom: Any, tiles: Any, device: Any, kernels: str | None = 
 
 def _canvases(src: Any, g: Any, by_image: list[Any], channels: int, device: Any) -> tuple[Any, list[int]]:
     """Every image's window of its canvas, one after the other, (pixels + 1, C): 114 where no tile
-    lies, and one more pixel of 114 at the end for every read outside a window."""
+    lies, and one more pixel of 114 at the end for every read outside a window. The tiles are
+    scattered in one operation whatever their number (a 2x2 mosaic's tiles never overlap), so the
+    host's work does not grow with the batch."""
     torch = _torch()
-    areas = [int(r[wj.WIN_W]) * int(r[wj.WIN_H]) for r in g.tolist()]
+    rows = g.tolist()
+    areas = [int(r[wj.WIN_W]) * int(r[wj.WIN_H]) for r in rows]
     bases = [sum(areas[:k]) for k in range(len(areas))]
     canvas = torch.full((sum(areas) + 1, channels), wj.FILL, dtype=torch.uint8, device=device)
-    for k, row in enumerate(g.tolist()):
-        wx, wy, ww, wh = (int(v) for v in row[wj.WIN_X : wj.WIN_X + 4])
-        if not by_image[k]:
-            continue
-        window = canvas[bases[k] : bases[k] + ww * wh].view(wh, ww, channels)
-        for x, y, w, h, o in by_image[k]:  # in Mosaic's order: a later tile covers an earlier one
-            window[y - wy : y - wy + h, x - wx : x - wx + w] = src[o : o + h * w * channels].view(
-                h, w, channels
-            )
+    # Per tile: its first pixel in the packed bytes, width, height, its first pixel on the canvas, the
+    # width of its image's window.
+    table = []
+    for k, row in enumerate(rows):
+        wx, wy, ww = (int(v) for v in row[wj.WIN_X : wj.WIN_X + 3])
+        for x, y, w, h, o in by_image[k]:
+            table.append((o // channels, w, h, bases[k] + (y - wy) * ww + (x - wx), ww))
+    if not table:
+        return canvas, bases
+    t = torch.tensor(table, dtype=torch.int64).to(device, non_blocking=True)
+    counts = t[:, 1] * t[:, 2]
+    total = sum(w * h for _, w, h, _, _ in table)
+    tile = torch.repeat_interleave(torch.arange(len(table), device=device), counts, output_size=total)
+    local = torch.arange(total, device=device) - (torch.cumsum(counts, 0) - counts)[tile]
+    width = t[tile, 1]
+    row_in_tile = torch.div(local, width, rounding_mode="floor")
+    target = t[tile, 3] + row_in_tile * t[tile, 4] + (local - row_in_tile * width)
+    canvas[target] = src.view(-1, channels)[t[tile, 0] + local]
     return canvas, bases
 
 
