@@ -26,7 +26,7 @@ from rig.yolo import warp_job as wj
 INTER_BITS, AB_SCALE = 5, 1 << 10  # OpenCV's imgwarp.cpp: 1/32 pixel, coordinates in 1/1024
 TAB = 1 << INTER_BITS
 COEF_SHIFT = 15  # INTER_REMAP_COEF_BITS
-CHUNK_PIXELS = 1 << 22  # output pixels per round of the kernels: bounds their temporary memory
+CHUNK_PIXELS = 1 << 23  # output pixels per round of the kernels (20 images at 640 px): bounds their memory
 
 
 def _torch() -> Any:

@@ -5,10 +5,11 @@ RandomPerspective then warps the canvas (`cv2.warpAffine`, or `warpPerspective`,
 border 114) into the training size; without mosaic (its coin, `close_mosaic`, rect batches) the
 warp takes the loaded image alone, which is how training letterboxes. A `WarpJob` is that canvas
 before it exists: its tiles (views of the loaded images, nothing copied; a 2x2 mosaic's four
-quadrants never overlap), the matrix Ultralytics drew and the output size. Once the matrix is known the job keeps only the part of the canvas the
-warp can read (the window: the output's corners mapped back, plus a margin), so a worker copies
-about the output's own size, once, into the batch (`pack`). RandomFlip's reversals are recorded,
-not done. rig.yolo.warp_device renders a packed batch on the training device.
+quadrants never overlap), the matrix Ultralytics drew and the output size. Once the matrix is
+known the job keeps only the part of the canvas the warp can read (the window: the output's corners
+mapped back, plus a margin), so a worker copies about the output's own size, once, into the batch
+(`pack`). RandomFlip's reversals are recorded, not done. rig.yolo.warp_device renders a packed
+batch on the training device.
 
 numpy, OpenCV and torch are imported by the functions: `rig` stays importable without them.
 """
