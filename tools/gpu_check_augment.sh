@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check for colour and layout on the device (rig.yolo.device_augment), unattended, within
+# GPU check for the augmentation's pixel work on the device (rig.yolo.device_augment: mosaic, the
+# affine warp, colour and layout), unattended, within
 # BUDGET_S (default 540 s; a measure that would pass it is cut short or skipped, and says so).
 #
 # Runs outside Docker on a machine with an NVIDIA GPU and PyTorch, without network, from the
@@ -7,9 +8,13 @@
 # Ultralytics 8.4.190 comes from $WHEELS as for tools/gpu_check_bench.sh (see its header; here also
 # ultralytics-platform and polars-runtime-32).
 # What it measures, the most wanted first:
-#   - equality on CUDA: Ultralytics' RandomHSV + Format against the device tail on synthetic images
-#     and on real training batches (same seeds; node image cache, two workers);
-#   - the device tail per batch on CUDA (synchronised): batch 16 and 64 at 640 px, 16 at 1280 px;
+#   - equality on CUDA: Ultralytics' Mosaic canvas + RandomPerspective (OpenCV's warpAffine and
+#     warpPerspective) against the device warp over drawn matrices (every pixel, to the level);
+#     RandomHSV + Format against the device tail on synthetic images; real training batches (same
+#     seeds; node image cache, two workers): labels equal, and without HSV every pixel equal (a
+#     detection and a segmentation dataset, rotation, shear, perspective);
+#   - the device tail per batch on CUDA (synchronised), colour alone and with the geometry (2x2
+#     mosaics of 16:9 frames): batch 16 and 64 at 640 px, 16 at 1280 px;
 #   - val mAP, `rig train` with and without it (RIG_DEVICE_AUGMENT=0), seeds 0 and 1: the noise is
 #     the spread between seeds;
 #   - compile=True with AMP and it on (one epoch: it trains and validates);
@@ -39,7 +44,9 @@ if ! "$PY" -c 'import ultralytics' 2>/dev/null && compgen -G "$WHEELS/*.whl" >/d
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$WHEELS"/*.whl \
         && export PYTHONPATH="$PYTHONPATH:$WORK/site"
 fi
-if ! "$PY" -c 'import ultralytics, sys; print("ultralytics", ultralytics.__version__, file=sys.stderr)' 2>>"$OUT/gpu.txt"; then
+# The device warp reproduces OpenCV 4.11's arithmetic (the image's): the equality is against this OpenCV.
+if ! "$PY" -c 'import ultralytics, cv2, torch, sys; print("ultralytics", ultralytics.__version__, "opencv", cv2.__version__,
+    "torch", torch.__version__, file=sys.stderr)' 2>>"$OUT/gpu.txt"; then
     log "ERROR ultralytics is not importable; put its wheels in $WHEELS (see this script's header)"
     exit 1
 fi
@@ -67,10 +74,19 @@ PROBE="$PY tests/scripts/device_augment_probe.py"
 if wanted probes; then
     log "probes on $DEV"
     "$PY" -m rig demo-data "$WORK/d" --train 24 --val 4 --imgsz 200 --height 120 >/dev/null 2>&1
-    within_budget probes 120 "$OUT/probes.log" bash -c "
-        $PROBE synthetic $DEV torch && $PROBE batches $WORK/d/data.yaml $DEV ram 2 torch &&
+    NO_HSV=hsv_h=0,hsv_s=0,hsv_v=0
+    within_budget probes 150 "$OUT/probes.log" bash -c "
+        $PROBE warp $DEV torch && $PROBE synthetic $DEV torch && $PROBE batches $WORK/d/data.yaml $DEV ram 2 torch &&
+        $PROBE batches $WORK/d/data.yaml $DEV ram 2 torch $NO_HSV,degrees=10,shear=5,perspective=5e-4 &&
+        $PROBE segments $WORK/d/data.yaml $WORK/s && $PROBE batches $WORK/s/data.yaml $DEV none 2 torch $NO_HSV,task=segment &&
         $PROBE tail $DEV 16 640 && $PROBE tail $DEV 64 640 && $PROBE tail $DEV 16 1280"
-    grep '^PROBE' "$OUT/probes.log" | tee "$OUT/probes.txt" | cut -c1-220 | tee -a "$OUT/summary.txt"
+    grep '^PROBE' "$OUT/probes.log" | tee "$OUT/probes.txt" | "$PY" -c '
+import json, sys
+for line in sys.stdin:  # one short line per probe: what the verdict needs
+    p = json.loads(line[6:])
+    keys = ("mode", "moved", "hyp", "kernels", "images", "cases", "labels_equal", "exact", "over1", "max",
+            "batch", "imgsz", "ms_per_image", "peak_gib")
+    print(" ", {k: p[k] for k in keys if k in p and k != "cases"})' | tee -a "$OUT/summary.txt"
 fi
 
 wanted map || wanted compile && "$PY" -m rig demo-data "$WORK/map" --train 256 --val 64 --imgsz 320 >/dev/null 2>&1

@@ -1,6 +1,6 @@
-"""Where a train image's loader time goes: `ds[i]` with and without the RAM cache, and with colour
-and layout left to the device (rig.yolo.device_augment), their top functions under cProfile, the
-device tail per image on this CPU, and JPEG decode + resize cost by source size (BENCHMARKS.md).
+"""Where a train image's loader time goes: `ds[i]` and the collate with and without the RAM cache, and
+with the pixel work left to the device (rig.yolo.device_augment), their top functions under cProfile,
+the device tail per image on this CPU, and JPEG decode + resize cost by source size (BENCHMARKS.md).
 
 Runs inside the image, one process, no workers:
     docker run --rm --network none -v "$PWD/tools:/tools:ro" yolo-rig:cu121 python /tools/profile_loader.py
@@ -16,18 +16,17 @@ from pathlib import Path
 
 import cv2
 import torch
-import yaml
 from rig.yolo import device_augment
 from rig.yolo.demo_data import make_demo_dataset
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_yolo_dataset
+from ultralytics.data.utils import check_det_dataset
 
-IMGSZ, BATCH, WARMUP, SAMPLES = 640, 16, 20, 200
+IMGSZ, BATCH, WARMUP, SAMPLES = 640, 16, 32, 208
 
 
 def dataset(data_yaml: Path, cache: object, deferred: bool = False) -> object:
-    data = yaml.safe_load(data_yaml.read_text())
-    data["train"] = str(Path(data["path"]) / data["train"])
+    data = check_det_dataset(str(data_yaml))  # the yaml as Ultralytics reads it: paths resolved
     cfg = get_cfg(overrides={"imgsz": IMGSZ, "batch": BATCH, "cache": cache})
     hook = device_augment.in_use("train", {}, announce=False) if deferred else contextlib.nullcontext()
     with hook:
@@ -49,7 +48,7 @@ def tail_ms(ds: object) -> float:
     batch = type(ds).collate_fn([ds[i] for i in range(BATCH)])  # type: ignore[index]
     times = []
     for _ in range(6):
-        copy = {"img": batch["img"].clone(), device_augment.KEY: batch[device_augment.KEY]}
+        copy = device_augment.handed_over(batch)
         t0 = time.perf_counter()
         device_augment.finish(copy, torch.device("cpu"))
         times.append(time.perf_counter() - t0)
@@ -57,12 +56,18 @@ def tail_ms(ds: object) -> float:
 
 
 def per_image_ms(ds: object) -> float:
+    """A worker's time per image: `ds[i]`, then the dataset's collate of each batch (where ours
+    copies the tiles the device will warp, and Ultralytics' stacks the images)."""
     n = len(ds)  # type: ignore[arg-type]
-    for i in range(WARMUP):
-        ds[i % n]  # type: ignore[index]
+    collate = type(ds).collate_fn  # type: ignore[attr-defined]
+
+    def images(first: int, count: int) -> None:
+        for b in range(first, first + count, BATCH):
+            collate([ds[i % n] for i in range(b, b + BATCH)])  # type: ignore[index]
+
+    images(0, WARMUP)
     t0 = time.perf_counter()
-    for i in range(SAMPLES):
-        ds[i % n]  # type: ignore[index]
+    images(WARMUP, SAMPLES)
     return (time.perf_counter() - t0) / SAMPLES * 1000
 
 
@@ -70,9 +75,10 @@ def main() -> None:
     root = Path(tempfile.mkdtemp())
     data_yaml = make_demo_dataset(root / "d640", train=64, val=8, imgsz=640)
     for cache in (False, "ram"):
-        print(f"ds[i], 640 px source, cache={cache}: {per_image_ms(dataset(data_yaml, cache)):.1f} ms/image")
+        ms = per_image_ms(dataset(data_yaml, cache))
+        print(f"ds[i] + collate, 640 px source, cache={cache}: {ms:.1f} ms/image")
     ours = dataset(data_yaml, "ram", deferred=True)
-    print(f"ds[i], 640 px source, cache=ram, device augment: {per_image_ms(ours):.1f} ms/image")
+    print(f"ds[i] + collate, 640 px source, cache=ram, device augment: {per_image_ms(ours):.1f} ms/image")
     print(f"  its device tail on this CPU (OpenCV in the training process): {tail_ms(ours):.2f} ms/image")
 
     top_functions(dataset(data_yaml, "ram"), "cache=ram")

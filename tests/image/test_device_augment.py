@@ -1,6 +1,7 @@
-"""Colour and layout on the device (rig.yolo.device_augment) in the image, on CPU tensors: the same
-pixels as Ultralytics' RandomHSV + Format, the same labels and RNG draws, and `rig train` using it by
-default and saying so once. tools/gpu_check_augment.sh runs the same probes on CUDA.
+"""Mosaic, the affine warp, colour and layout on the device (rig.yolo.device_augment) in the image, on
+CPU tensors: the same pixels as Ultralytics' Mosaic + RandomPerspective (OpenCV) + RandomHSV + Format,
+the same labels and RNG draws, and `rig train` using it by default and saying so once.
+tools/gpu_check_augment.sh runs the same probes on CUDA.
 
 Small generated datasets (24 images of 200x120 px, imgsz 160) keep each test to one container.
 """
@@ -21,6 +22,11 @@ PROBE = "python /probe/device_augment_probe.py"
 DATA = "/tmp/d/data.yaml"
 MAKE_DATA = "rig demo-data /tmp/d --train 24 --val 4 --imgsz 200 --height 120 >/dev/null"
 WITHIN_ONE = 0.999  # of the pixels; none more than 2 levels off
+STOCK = [["Mosaic", "CopyPaste", "RandomPerspective"], "MixUp", "CutMix", "Albumentations"]
+STOCK += ["RandomHSV", "RandomFlip", "RandomFlip", "Format"]
+DEFERRED = [["DeferredMosaic", "CopyPaste", "DeferredPerspective"], "MixUp", "CutMix", "Albumentations"]
+DEFERRED += ["DeferredHSV", "DeferredFlip", "DeferredFlip", "DeferredFormat"]
+NO_HSV = "hsv_h=0,hsv_s=0,hsv_v=0"  # RandomHSV off: what is left is the geometry, compared exactly
 
 
 def run(containers: Containers, script: str, **env: str) -> tuple[list[dict[str, Any]], str]:
@@ -56,15 +62,44 @@ def test_the_device_tail_equals_randomhsv_and_format_on_cpu_tensors(containers: 
     assert opencv_synthetic["exact"] == 1.0, opencv_synthetic  # Ultralytics' own calls: bit-exact
     for p in batches:
         assert p["labels_equal"], p  # same seeds: same mosaic, affine, flips, boxes
-        assert p["shape"] == [4, 3, 160, 160] and p["raw_shape"] == [4, 160, 160, 3], p
-        assert p["ours_transforms"][-4:] == ["DeferredHSV", "RandomFlip", "RandomFlip", "DeferredFormat"], p
-        assert p["stock_transforms"][-4:] == ["RandomHSV", "RandomFlip", "RandomFlip", "Format"], p
+        assert p["shape"] == [4, 3, 160, 160] and p["handed_over"]["rig_warp"] == [4, 28], p
+        assert p["ours_transforms"] == DEFERRED and p["stock_transforms"] == STOCK, p
     assert [p["cls"] for p in batches] == [
         "DeviceAugmentedYOLODataset",
         "DeviceAugmentedNodeCachedYOLODataset",
         "DeviceAugmentedYOLODataset",
     ]
     assert batches[2]["exact"] == 1.0  # auto on a CPU: OpenCV's calls
+
+
+def test_the_geometry_equals_ultralytics_opencv_warp_on_cpu_tensors(containers: Containers) -> None:
+    script = "; ".join(
+        [
+            f"{PROBE} segments {DATA} /tmp/s",  # the same images with polygons: segments and masks
+            f"{PROBE} warp cpu torch",  # the kernels a GPU runs, here on CPU tensors
+            f"{PROBE} warp cpu opencv",  # what a CPU rank runs
+            f"{PROBE} batches {DATA} cpu none 0 torch {NO_HSV},degrees=10,shear=5,perspective=5e-4,flipud=.5",
+            f"{PROBE} batches /tmp/s/data.yaml cpu ram 2 torch {NO_HSV},task=segment,degrees=10",
+            f"{PROBE} batches {DATA} cpu none 0 torch {NO_HSV},rect=True",  # letterboxed into rect shapes
+            f"{PROBE} batches {DATA} cpu none 0 torch mixup=0.5",  # the geometry stays in the workers
+        ]
+    )
+    probes, logs = run(containers, script)
+    assert len(probes) == 7, logs[-4000:]
+    _, *warps, turned, segmented, rect, mixup = probes
+    for p in warps:  # OpenCV's INTER_LINEAR, border 114, to the level: affine and perspective, 1-4 channels
+        assert p["images"] == 56 and p["exact"] == 1.0 and p["over1"] == 0, p
+        assert p["grid_sample"]["exact"] < 0.95, p  # where float bilinear (torch's grid_sample) lands
+    for p in (turned, segmented, rect):
+        assert p["labels_equal"] and p["exact"] == 1.0, p  # boxes, classes, masks; every pixel
+        assert p["ours_transforms"] == DEFERRED, p
+    assert segmented["labels_compared"] == ["cls", "bboxes", "batch_idx", "masks", "sem_masks"], segmented
+    assert segmented["cls"] == "DeviceAugmentedNodeCachedYOLODataset", segmented
+    assert rect["shape"] == [4, 3, 96, 160], rect
+    assert mixup["labels_equal"] and mixup["within1"] >= WITHIN_ONE and mixup["max"] <= 2, mixup
+    assert mixup["ours_transforms"][0] == ["Mosaic", "CopyPaste", "RandomPerspective"], mixup
+    kept = "INFO trainer: device augment: the recipe's MixUp works on the pixels between mosaic and RandomHSV"
+    assert f"{kept}: mosaic and the affine warp stay in the loader workers" in logs
 
 
 def test_the_gains_are_ultralytics_draws(containers: Containers) -> None:
@@ -94,7 +129,7 @@ def test_rig_train_uses_it_by_default_says_so_once_and_switches_off(containers: 
     _, logs = run(containers, script)
     out = logs[logs.index("RUN ram") :].splitlines()
     assert out[0:4] == ["RUN ram", "1", out[2], "2"], out  # one line; a header and one epoch
-    assert out[2].startswith("INFO trainer: device augment: the loader workers stop"), out
+    assert out[2].startswith("INFO trainer: device augment: the loader workers draw the augmentation"), out
     assert out[4:8] == ["RUN disk", "1", out[2], "3"], out
     assert out[8] == "RUN off" and out[9] == "1" and "device augment off (RIG_DEVICE_AUGMENT=0)" in out[10], (
         out

@@ -1,18 +1,20 @@
-"""Training loader workers stop after the geometric steps; colour and layout finish on the device.
+"""Training loader workers draw the augmentation; its pixel work runs batched on the training device.
 
-Ultralytics' training pipeline (v8_transforms, then Format) ends, per image on a CPU worker, with
-RandomHSV (BGR -> HSV, three lookup tables, back: ~3 ms at 640 px) and Format's BGR -> RGB flip
-into CHW (~1.4 ms). Both are per-pixel and independent of everything before them. Here a train
-dataset's transforms keep every step and every random draw as they are, except that:
-- RandomHSV draws its gains exactly as Ultralytics does (np.random.uniform(-1, 1, 3) times the
-  hyperparameters, under the same conditions) and leaves the pixels alone;
-- Format draws its BGR -> RGB coin exactly as Ultralytics does (random.uniform(0, 1) > bgr) and
-  hands the uint8 image over as it is, HWC and BGR, beside one row of parameters (KEY); where
-  RandomFlip left a flipped view, the unflipped pixels go and the row says which axes to reverse
-  (the flip's draw and its labels stay the worker's);
-so the workers' RNG streams, the labels, mosaic, mixup, the flips and every later draw are the
-stock ones. The trainer's `preprocess_batch` calls `finish`, which applies rig.yolo.hsv_device's
-batched tail on the training device, then Ultralytics' own normalisation follows.
+Ultralytics' training pipeline (v8_transforms, then Format) spends a worker's time, per image, on
+Mosaic's canvas (np.full and four copies), RandomPerspective's warpAffine (~3 ms at 640 px),
+RandomHSV (BGR -> HSV, three lookup tables, back: ~3 ms) and Format's BGR -> RGB flip into CHW
+(~1.4 ms). Here a train dataset's transforms keep every step and every random draw as they are
+(rig.yolo.deferred_steps: Ultralytics' own get_params and apply_instances, so the labels, the
+candidate filter and the clipping are theirs), and hand over instead of pixels:
+- the geometry, where the recipe is v8_transforms' own (Mosaic, RandomPerspective, RandomFlip, and
+  mixup, cutmix, copy_paste and Albumentations inactive, as by default): the tiles of the canvas
+  the warp reads and the matrix (rig.yolo.warp_job), packed per batch by the dataset's collate;
+- otherwise the image after the geometric steps, HWC uint8 BGR;
+- one row of colour and layout parameters (HSV gains, Format's BGR -> RGB coin, the flips).
+The trainer's `preprocess_batch` calls `finish`, which renders the geometry (rig.yolo.warp_device:
+OpenCV's arithmetic, the same pixels) and applies the colour tail (rig.yolo.hsv_device) batched on
+the training device; then Ultralytics' own normalisation follows. On a CPU both run as
+Ultralytics' OpenCV calls, in the training process.
 
 Validation datasets (no augmentation), datasets whose pipeline is not the stock one (another
 Format, no RandomHSV) and RIG_DEVICE_AUGMENT=0 keep Ultralytics' pipeline untouched.
@@ -21,21 +23,19 @@ Format, no RandomHSV) and RIG_DEVICE_AUGMENT=0 keep Ultralytics' pipeline untouc
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import importlib
 import os
-import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from rig import flags, log
-from rig.yolo import ultra
+from rig.yolo import deferred_steps, ultra, warp_job
 
 _logger = log.get("trainer")
-SWITCH = "RIG_DEVICE_AUGMENT"  # 0: Ultralytics' own pipeline, colour and layout in the workers
-KEY = "rig_device_tail"  # per image: rig.yolo.hsv_device.PARAMS
-_GAINS = "rig_hsv_gains"  # RandomHSV -> Format, inside one sample's transforms
+KEY = deferred_steps.KEY  # per image: the colour and layout row (rig.yolo.hsv_device.PARAMS)
+SWITCH = "RIG_DEVICE_AUGMENT"  # 0: Ultralytics' own pipeline, all of it in the workers
+HANDED_OVER = ("img", KEY, warp_job.GEOM, warp_job.TILES)  # what `finish` takes from a batch
 _CLASSES = ("YOLODataset", "YOLOMultiModalDataset")  # the names build_yolo_dataset instantiates
 PREFIX = "DeviceAugmented"
 
@@ -48,84 +48,79 @@ def describe(on: bool) -> str:
     """The one line `rig train` logs about it."""
     if on:
         return (
-            "device augment: the loader workers stop after the geometric steps; RandomHSV and the "
-            "BGR->RGB/CHW layout run batched on the training device (RIG_DEVICE_AUGMENT=0: stock)"
+            "device augment: the loader workers draw the augmentation and transform the labels; mosaic, "
+            "the affine warp, RandomHSV and the BGR->RGB/CHW layout run batched on the training device "
+            "(RIG_DEVICE_AUGMENT=0: stock)"
         )
-    return "device augment off (RIG_DEVICE_AUGMENT=0): Ultralytics' own pipeline, colour in the workers"
+    return "device augment off (RIG_DEVICE_AUGMENT=0): Ultralytics' own pipeline, all of it in the workers"
 
 
 def _augment() -> Any:
     return ultra.module("data.augment")
 
 
-@functools.cache
-def _deferred_classes() -> tuple[Any, Any]:
-    aug = _augment()
-    np: Any = importlib.import_module("numpy")
-    torch: Any = importlib.import_module("torch")
-
-    random_hsv: Any = aug.RandomHSV
-    format_: Any = aug.Format
-
-    class DeferredHSV(random_hsv):  # type: ignore[misc]
-        """RandomHSV's draw, without its pixel work: the gains go with the sample."""
-
-        def apply_image(self, labels: dict[str, Any], params: Any = None) -> dict[str, Any]:
-            img = labels["img"]
-            if img.shape[-1] == 3 and (self.hgain or self.sgain or self.vgain):  # as RandomHSV
-                r = np.random.uniform(-1, 1, 3) * [self.hgain, self.sgain, self.vgain]
-                labels[_GAINS] = (1.0, *(float(x) for x in r))
-            return labels
-
-    class DeferredFormat(format_):  # type: ignore[misc]
-        """Format with its instances as they are, its image as HWC uint8 plus the tail's row."""
-
-        def apply_image(self, labels: dict[str, Any], params: Any = None) -> dict[str, Any]:
-            img = labels.pop("img", None)
-            gains = labels.pop(_GAINS, (0.0, 0.0, 0.0, 0.0))
-            if img is not None:
-                if len(img.shape) < 3:
-                    img = img[..., None]
-                # Format's own draw, made whatever the channels (it is made before the `and`)
-                to_rgb = random.uniform(0, 1) > self.bgr and img.shape[2] == 3
-                # RandomFlip's np.fliplr/flipud are views: copying one (2-5 ms for a flipped HWC
-                # image) would cost more than Format did. The view's unflipped base goes as it is
-                # and the device reverses the pixels in its copy.
-                flip_w, flip_h = img.strides[1] < 0, img.strides[0] < 0
-                img = img[:: -1 if flip_h else 1, :: -1 if flip_w else 1]
-                labels["img"] = torch.from_numpy(np.ascontiguousarray(img))
-                row = (*gains, float(to_rgb), float(flip_w), float(flip_h))
-                labels[KEY] = torch.tensor(row, dtype=torch.float64)
-            return labels
-
-    DeferredHSV.__module__ = DeferredFormat.__module__ = __name__
-    DeferredHSV.__qualname__, DeferredFormat.__qualname__ = "DeferredHSV", "DeferredFormat"
-    return DeferredHSV, DeferredFormat
-
-
 def defer(transforms: Any) -> Any:
-    """transforms (a dataset's Compose) with RandomHSV and the final Format deferred; the same object
-    unchanged when its shape is not the stock training pipeline's."""
+    """transforms (a dataset's Compose) with its pixel work deferred: colour and layout where the
+    pipeline ends as the stock one does, the geometry too where it is v8_transforms' own (see
+    geometry_kept); the same object unchanged when its shape is not the stock training pipeline's."""
     aug = _augment()
     steps = list(getattr(transforms, "transforms", []))
     hsv = [i for i, t in enumerate(steps) if type(t) is aug.RandomHSV]
     if len(hsv) != 1 or not steps or type(steps[-1]) is not aug.Format:
         return transforms
-    deferred_hsv, deferred_format = _deferred_classes()
-    old_hsv, old_format = steps[hsv[0]], steps[-1]
-    new_hsv, new_format = copy.copy(old_hsv), copy.copy(old_format)  # their settings, as they are
-    new_hsv.__class__, new_format.__class__ = deferred_hsv, deferred_format
-    steps[hsv[0]], steps[-1] = new_hsv, new_format
+    kept = geometry_kept(steps, hsv[0])
+    if kept is None:
+        pre = steps[0]
+        pre.transforms = [
+            deferred_steps.defer(t, "DeferredMosaic" if type(t) is aug.Mosaic else "DeferredPerspective")
+            if type(t) in {aug.Mosaic, aug.RandomPerspective}
+            else t
+            for t in pre.transforms
+        ]
+        steps[hsv[0] + 1 : -1] = [deferred_steps.defer(t, "DeferredFlip") for t in steps[hsv[0] + 1 : -1]]
+    else:
+        _note_once(f"device augment: {kept}: mosaic and the affine warp stay in the loader workers")
+    steps[hsv[0]] = deferred_steps.defer(steps[hsv[0]], "DeferredHSV")
+    steps[-1] = deferred_steps.defer(steps[-1], "DeferredFormat")
     transforms.transforms = steps
     return transforms
 
 
+def geometry_kept(steps: list[Any], hsv: int) -> str | None:
+    """Why the geometry of this pipeline stays in the workers, or None: it moves when it is
+    v8_transforms' own (a 2x2 Mosaic, then RandomPerspective) and nothing between it and RandomHSV
+    works on its pixels (MixUp, CutMix and CopyPaste with p=0, Albumentations without transforms,
+    as by default), and only RandomFlips follow RandomHSV."""
+    aug = _augment()
+    pre = steps[0] if steps else None
+    inner = list(getattr(pre, "transforms", [])) if type(pre) is aug.Compose else []
+    busy = sorted(
+        {type(t).__name__ for t in [*inner, *steps[1:hsv]] if not _idle(t, aug)}
+        - {"Mosaic", "RandomPerspective"}
+    )
+    if busy:
+        verb = "works" if len(busy) == 1 else "work"
+        return f"the recipe's {' and '.join(busy)} {verb} on the pixels between mosaic and RandomHSV"
+    kinds = [type(t) for t in inner if not _idle(t, aug)]
+    if kinds != [aug.Mosaic, aug.RandomPerspective] or any(type(t) is aug.Mosaic and t.n != 4 for t in inner):
+        return "the recipe's first steps are not a 2x2 Mosaic then RandomPerspective"
+    if any(type(t) is not aug.RandomFlip for t in steps[hsv + 1 : -1]):
+        return "a step after RandomHSV is not RandomFlip"
+    return None
+
+
+def _idle(step: Any, aug: Any) -> bool:
+    """A step that never touches the pixels: mixing with probability 0, Albumentations without any."""
+    if type(step) in {aug.MixUp, aug.CutMix, aug.CopyPaste}:
+        return float(step.p) == 0.0
+    if type(step) is aug.Albumentations:
+        return getattr(step, "transform", None) is None
+    return False
+
+
 def __getattr__(name: str) -> Any:
-    """DeferredHSV, DeferredFormat and the DeviceAugmented dataset classes, made on first use (so
-    that a spawn-started loader worker can unpickle them by name)."""
-    if name in {"DeferredHSV", "DeferredFormat"}:
-        hsv, fmt = _deferred_classes()
-        return hsv if name == "DeferredHSV" else fmt
+    """The DeviceAugmented dataset classes and their collate functions, made on first use (so that a
+    spawn-started loader worker can unpickle them by name)."""
     if name.startswith(PREFIX):
         inner = name.removeprefix(PREFIX)
         if inner.startswith("NodeCached"):
@@ -139,23 +134,47 @@ def __getattr__(name: str) -> Any:
 
 @functools.cache
 def device_augmented(base: Any) -> Any:
-    """base whose training transforms (built again when mosaic closes) end before colour and layout."""
+    """base whose training transforms (built again when mosaic closes) leave their pixel work to the
+    device, and whose collate packs the geometry's tiles."""
+    name = f"{PREFIX}{base.__name__}"
+    base_collate = base.collate_fn
+
+    def collate_fn(batch: list[dict[str, Any]]) -> dict[str, Any]:
+        return collate(batch, base_collate)
 
     class DeviceAugmented(base):  # type: ignore[misc]
         def build_transforms(self, hyp: Any = None) -> Any:
             transforms = super().build_transforms(hyp)
             return defer(transforms) if self.augment else transforms
 
-    DeviceAugmented.__name__ = DeviceAugmented.__qualname__ = f"{PREFIX}{base.__name__}"
-    DeviceAugmented.__module__ = __name__
+    DeviceAugmented.collate_fn = staticmethod(collate_fn)
+    DeviceAugmented.__name__ = DeviceAugmented.__qualname__ = name
+    DeviceAugmented.__module__ = collate_fn.__module__ = __name__
+    collate_fn.__qualname__ = f"{name}.collate_fn"
     return DeviceAugmented
+
+
+def collate(
+    batch: list[dict[str, Any]], base_collate: Callable[[list[dict[str, Any]]], dict[str, Any]]
+) -> dict[str, Any]:
+    """Ultralytics' collate, with the images of a deferred geometry packed (rig.yolo.warp_job.pack)."""
+    jobs = [b.get("img") for b in batch]
+    if not any(isinstance(j, warp_job.WarpJob) for j in jobs):
+        return base_collate(batch)
+    if not all(isinstance(j, warp_job.WarpJob) for j in jobs):
+        raise TypeError("a batch mixes images whose geometry was deferred with images whose was not")
+    for b in batch:
+        del b["img"]
+    out = base_collate(batch)
+    out.update(warp_job.pack(jobs))  # type: ignore[arg-type]
+    return out
 
 
 @contextlib.contextmanager
 def in_use(mode: str, environ: Mapping[str, str] | None = None, announce: bool = True) -> Iterator[None]:
-    """While Ultralytics builds the train dataset, the classes it instantiates defer colour and
-    layout (unless RIG_DEVICE_AUGMENT=0). Enter it inside cached_dataset.in_use: it wraps whatever
-    class is there."""
+    """While Ultralytics builds the train dataset, the classes it instantiates defer their pixel work
+    (unless RIG_DEVICE_AUGMENT=0). Enter it inside cached_dataset.in_use: it wraps whatever class is
+    there."""
     env = os.environ if environ is None else environ
     if mode != "train":
         yield
@@ -177,23 +196,61 @@ def in_use(mode: str, environ: Mapping[str, str] | None = None, announce: bool =
 
 
 _announced = False
+_noted: set[str] = set()
+
+
+def _first_rank(environ: Mapping[str, str]) -> bool:
+    return environ.get("RANK", "0") in {"0", "-1"}
 
 
 def _announce(on: bool, environ: Mapping[str, str]) -> None:
     """Once per run: on global rank 0, the first time a train dataset is built."""
     global _announced
-    if not _announced and environ.get("RANK", "0") in {"0", "-1"}:
+    if not _announced and _first_rank(environ):
         _logger.info(describe(on))
     _announced = True
+
+
+def _note_once(line: str) -> None:
+    if line not in _noted and _first_rank(os.environ):
+        _logger.info("%s", line)
+    _noted.add(line)
+
+
+def images_in(batch: Mapping[str, Any]) -> int:
+    """The number of images in a collated training batch, whatever form its "img" has."""
+    return len(batch["im_file"])
+
+
+def handed_over(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of what `finish` takes from the batch (to time it again on the same data)."""
+    return {k: (v.clone() if k == "img" else v) for k, v in batch.items() if k in HANDED_OVER}
 
 
 def finish(batch: dict[str, Any], device: Any, kernels: str | None = None) -> dict[str, Any]:
     """A collated training batch as Ultralytics' Format would have stacked it, on device: its "img"
     (N, C, H, W) uint8 RGB. A batch the workers finished themselves passes through unchanged.
-    kernels: as rig.yolo.hsv_device.tail (None: torch's on an accelerator, OpenCV's on a CPU)."""
-    rows = batch.pop(KEY, None)
-    if rows is None:
+    kernels: "torch" or "opencv" (None: torch's on an accelerator, Ultralytics' OpenCV calls on a CPU)."""
+    if KEY not in batch:
         return batch
+    return finish_colour(finish_geometry(batch, device, kernels), device, kernels)
+
+
+def finish_geometry(batch: dict[str, Any], device: Any, kernels: str | None = None) -> dict[str, Any]:
+    """The first part of `finish`: a packed geometry (mosaic, the warp) rendered, "img" (N, H, W, C)
+    uint8 BGR on device; a batch without one passes through."""
+    geometry = batch.pop(warp_job.GEOM, None)
+    if geometry is not None:
+        from rig.yolo import warp_device
+
+        tiles = batch.pop(warp_job.TILES)
+        batch["img"] = warp_device.render(batch["img"], geometry, tiles, device, kernels)
+    return batch
+
+
+def finish_colour(batch: dict[str, Any], device: Any, kernels: str | None = None) -> dict[str, Any]:
+    """The second part of `finish`: HSV, the flips and the layout (rig.yolo.hsv_device.tail)."""
+    rows = batch.pop(KEY)
     torch: Any = importlib.import_module("torch")
     from rig.yolo import hsv_device
 

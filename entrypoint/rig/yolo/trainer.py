@@ -13,7 +13,7 @@
   accumulation counts from the step before the stop (`accumulate` reads past it until the first
   step), and the running loss and accumulated gradients come back at the first resumed batch.
 - Every save is atomic, the end-of-training rewrite of last.pt and best.pt too; the datasets are
-  rig's (the node image cache, colour and layout on the device, seeded draws).
+  rig's (the node image cache, the augmentation's pixel work on the device, seeded draws).
 
 What belongs to the rank rather than to Ultralytics (signals, the process group, collectives, CPU
 ranks' corrections, SyncBatchNorm, atomic saves) is the `Rank` the class is made with:
@@ -139,9 +139,10 @@ def trainer_class(base: type, rank: Rank) -> type:
         # ---- datasets and loaders --------------------------------------------------------------
         def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:
             # cache=ram: one decoded copy per node, mapped by every rank (rig.yolo.nodecache.cached_dataset).
-            # Training: colour and layout left to preprocess_batch, on the device (rig.yolo.device_augment);
-            # each sample's draws seeded from its epoch and index (rig.yolo.draws). A FIFO among the
-            # images is a corrupt image, not a hang (rig.yolo.ultra.screened_files).
+            # Training: the augmentation's pixels left to preprocess_batch, on the device
+            # (rig.yolo.device_augment); each sample's draws seeded from its epoch and index
+            # (rig.yolo.draws). A FIFO among the images is a corrupt image, not a hang
+            # (rig.yolo.ultra.screened_files).
             with (
                 cached_dataset.in_use(self.args),
                 device_augment.in_use(mode),

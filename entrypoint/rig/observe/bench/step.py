@@ -102,7 +102,7 @@ class _Steps:
         self.nc = len(data["names"])
         self.batches = []
         for raw in raw_batches:
-            b = device_augment.finish(dict(raw), device)  # ours leaves colour and layout to the device
+            b = device_augment.finish(dict(raw), device)  # ours leaves the pixel work to the device
             b = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()}
             b["img"] = b["img"].float() / 255
             self.batches.append(b)

@@ -28,17 +28,24 @@ class TailPart:
     run: Callable[[dict[str, Any], Any], dict[str, Any]]  # (batch, device) -> batch
 
 
+def _geometry(batch: dict[str, Any], device: Any) -> dict[str, Any]:
+    return device_augment.finish_geometry(batch, device)
+
+
 def _colour_and_layout(batch: dict[str, Any], device: Any) -> dict[str, Any]:
-    return device_augment.finish(batch, device)
+    return device_augment.finish_colour(batch, device)
 
 
-PARTS: tuple[TailPart, ...] = (TailPart("colour and layout", _colour_and_layout),)
+PARTS: tuple[TailPart, ...] = (
+    TailPart("mosaic and warp", _geometry),
+    TailPart("colour and layout", _colour_and_layout),
+)
 
 
 def images_in(batch: dict[str, Any]) -> int:
     """The images a batch of ours holds (what the loader's and the tail's rates count). The one place the
-    bench reads it: a batch whose images are finished on the device may hand over something else."""
-    return int(batch["img"].shape[0])
+    bench reads it: a batch whose geometry is finished on the device hands over tiles, not images."""
+    return device_augment.images_in(batch)
 
 
 def _copy(batch: dict[str, Any]) -> dict[str, Any]:
