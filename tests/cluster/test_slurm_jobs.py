@@ -150,10 +150,10 @@ def test_two_jobs_with_one_name_at_once_then_a_lost_node(cluster: Cluster, jobs:
     """From `make cluster-shell` (no USER in that shell), two jobs with `name=exp` on the same two
     nodes at once, one with `--export=NONE`, one with the shell's environment: each gets its own run
     directory (exp, exp-2) that both its nodes agree on, its own rendezvous port (from the job id),
-    and the final validation of its best.pt. Once the first is done, node1 is killed (its slurmd and
-    every process on it) under the second: Slurm requeues it (--requeue) and, node1 back, resume=auto
-    continues its own folder, not the other job's of the same name: every epoch once. One test for
-    both, to keep CI short."""
+    and the final validation of its best.pt. Once the second has trained an epoch, node1 is killed
+    (its slurmd and every process on it) under it: Slurm requeues it (--requeue) and, node1 back,
+    resume=auto continues its own folder, not the other job's of the same name: every epoch once.
+    One test for both, to keep CI short."""
     assert "USER=" not in cluster_shell("env")
     # Side by side: half the GPUs and CPUs each, the nodes shared (the sbatch asks --exclusive).
     share = "--gpus-per-node=2 --cpus-per-task=16 --oversubscribe"
@@ -166,18 +166,15 @@ def test_two_jobs_with_one_name_at_once_then_a_lost_node(cluster: Cluster, jobs:
     wait_until(lambda: all(cluster.job(j).state == "RUNNING" for j in submitted), timeout=120, interval=1)
     wait_until(lambda: len(run_dirs(cluster, "exp")) == 2, timeout=RUN_TIMEOUT, interval=1)
     env = task_environ(cluster, "node1")
-    done = wait_ended(cluster, first)
-    out = cluster.output(first)
-    assert done.state == "COMPLETED" and done.fields.get("NodeList") == "node[0-1]", (
-        done.fields,
-        out[-4000:],
-    )
     dirs = run_dirs(cluster, "exp")
     assert sorted(dirs) == ["exp", "exp-2"] and sorted(dirs.values()) == sorted(
         f"slurm-{j}" for j in submitted
     )
     own = {owner.removeprefix("slurm-"): d for d, owner in dirs.items()}
     second_run = f"{RUNS}/{own[second]}"
+    # node1 is lost once the second job has an epoch behind it and three ahead (the first, shorter,
+    # may be running still or done: requeued too, or not, each must end with its own epochs once).
+    wait_until(lambda: len(cluster.results_epochs(second_run)) >= 1, timeout=RUN_TIMEOUT, interval=1)
     assert cluster.job(second).state == "RUNNING" and len(cluster.results_epochs(second_run)) < 4, "too late"
     node1 = cluster.container("node1")
     node1.kill()
@@ -185,6 +182,12 @@ def test_two_jobs_with_one_name_at_once_then_a_lost_node(cluster: Cluster, jobs:
         wait_until(lambda: cluster.job(second).state != "RUNNING", timeout=240, interval=1)
     finally:
         node1.start()
+    done = wait_ended(cluster, first)
+    out = cluster.output(first)
+    assert done.state == "COMPLETED" and done.fields.get("NodeList") == "node[0-1]", (
+        done.fields,
+        out[-4000:],
+    )
     later = wait_ended(cluster, second)
     outputs = [out, cluster.output(second)]
     assert later.state == "COMPLETED" and later.restarts >= 1, (later.fields, outputs[1][-4000:])
