@@ -14,13 +14,6 @@ from tests.helpers.slurm import Cluster
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def cluster(docker_client: Any) -> Cluster:
-    c = Cluster(docker_client)
-    c.check("sinfo -h -o '%D %t' | grep -qx '2 idle'", timeout=60)
-    return c
-
-
 def test_the_munge_key_is_made_at_start_never_baked(cluster: Cluster, docker_client: Any) -> None:
     """The image holds no MUNGE key (Debian's postinst makes one: removed in the same layer); the
     running cluster's is the one cluster-up made, readable by munge alone."""

@@ -14,7 +14,6 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,24 +37,6 @@ def rig_args(name: str, epochs: int) -> str:
         f"device=cpu --cpu-ranks 1 data={DATA} model=yolo11n.yaml epochs={epochs} imgsz=64 batch=2 "
         f"project={PROJECT_DIR} name={name} resume=auto plots=False"
     )
-
-
-@pytest.fixture(scope="module")
-def cluster(docker_client: Any) -> Cluster:
-    c = Cluster(docker_client)
-    wait_until(lambda: c.run("sinfo -h -o '%D %t' | grep -qx '2 idle'")[0] == 0, timeout=300, interval=2)
-    return c
-
-
-@pytest.fixture
-def jobs(cluster: Cluster) -> Iterator[list[str]]:
-    """Job ids a test submitted: cancelled at teardown, so a failed test leaves the nodes idle."""
-    submitted: list[str] = []
-    yield submitted
-    for job_id in submitted:
-        cluster.run(f"scancel {job_id}")
-    if submitted:
-        wait_until(lambda: cluster.run("squeue -h")[1].strip() == "", timeout=180, interval=2)
 
 
 def cluster_shell(cmd: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -43,23 +42,6 @@ def train_args(epochs: int) -> str:
 
 def run_dir(job_id: str) -> str:
     return f"{RUNS}/train-slurm-{job_id}"
-
-
-@pytest.fixture(scope="module")
-def cluster(docker_client: Any) -> Cluster:
-    c = Cluster(docker_client)
-    wait_until(lambda: c.run("sinfo -h -o '%D %t' | grep -qx '2 idle'")[0] == 0, timeout=300, interval=2)
-    return c
-
-
-@pytest.fixture
-def jobs(cluster: Cluster) -> Iterator[list[str]]:
-    submitted: list[str] = []
-    yield submitted
-    for job_id in submitted:
-        cluster.run(f"scancel {job_id}")
-    if submitted:
-        wait_until(lambda: cluster.run("squeue -h")[1].strip() == "", timeout=180, interval=2)
 
 
 def last_pt(cluster: Cluster, job_id: str) -> dict[str, Any]:
