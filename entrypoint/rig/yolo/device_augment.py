@@ -36,7 +36,6 @@ _logger = log.get("trainer")
 KEY = deferred_steps.KEY  # per image: the colour and layout row (rig.yolo.hsv_device.PARAMS)
 SWITCH = "RIG_DEVICE_AUGMENT"  # 0: Ultralytics' own pipeline, all of it in the workers
 HANDED_OVER = ("img", KEY, warp_job.GEOM, warp_job.TILES)  # what `finish` takes from a batch
-_CLASSES = ("YOLODataset", "YOLOMultiModalDataset")  # the names build_yolo_dataset instantiates
 PREFIX = "DeviceAugmented"
 
 
@@ -184,15 +183,8 @@ def in_use(mode: str, environ: Mapping[str, str] | None = None, announce: bool =
     if not enabled(env):
         yield
         return
-    build: Any = ultra.module("data.build")
-    kept = {name: getattr(build, name) for name in _CLASSES}
-    for name, cls in kept.items():
-        setattr(build, name, device_augmented(cls))
-    try:
+    with ultra.datasets_built_as(device_augmented):
         yield
-    finally:
-        for name, cls in kept.items():
-            setattr(build, name, cls)
 
 
 _announced = False

@@ -33,7 +33,6 @@ from typing import Any, NamedTuple
 from rig.yolo import ultra
 
 PREFIX = "Seeded"
-_CLASSES = ("YOLODataset", "YOLOMultiModalDataset")  # the names build_yolo_dataset instantiates
 # Separate streams for the workers' samples and the ranks' batches, however the numbers coincide.
 _SAMPLE, _BATCH = 0x5A4D, 0xBA7C
 
@@ -139,12 +138,5 @@ def in_use(mode: str) -> Iterator[None]:
     if mode != "train":
         yield
         return
-    build: Any = ultra.module("data.build")
-    kept = {name: getattr(build, name) for name in _CLASSES}
-    for name, cls in kept.items():
-        setattr(build, name, seeded(cls))
-    try:
+    with ultra.datasets_built_as(seeded):
         yield
-    finally:
-        for name, cls in kept.items():
-            setattr(build, name, cls)

@@ -128,6 +128,25 @@ def check_dataset(data: str, task: str = "detect") -> dict[str, Any] | None:
     return (utils.check_cls_dataset if task == "classify" else utils.check_det_dataset)(data)  # type: ignore[no-any-return]
 
 
+# The dataset classes Ultralytics' build_yolo_dataset instantiates (its data.build module's names).
+DATASET_CLASSES = ("YOLODataset", "YOLOMultiModalDataset")
+
+
+@contextlib.contextmanager
+def datasets_built_as(wrap: Callable[[Any], Any]) -> Iterator[None]:
+    """While Ultralytics builds datasets (build_yolo_dataset), the classes it instantiates are
+    wrap(cls) of whatever is there now: wrappers entered inside one another compose."""
+    build: Any = module("data.build")
+    kept = {name: getattr(build, name) for name in DATASET_CLASSES}
+    for name, cls in kept.items():
+        setattr(build, name, wrap(cls))
+    try:
+        yield
+    finally:
+        for name, cls in kept.items():
+            setattr(build, name, cls)
+
+
 @contextlib.contextmanager
 def screened_files() -> Iterator[None]:
     """While Ultralytics builds datasets: an image or label file that is not a regular file is a

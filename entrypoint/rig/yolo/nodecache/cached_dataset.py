@@ -34,7 +34,6 @@ from rig.yolo.nodecache import imagecache
 _logger = log.get("imagecache")
 RESIZE_MODE = "rect_mode=True,resize_short=False"  # how BaseDataset.cache_images calls load_image
 SAMPLED = 30  # images BaseDataset.check_cache_ram draws at random to size the cache
-_CLASSES = ("YOLODataset", "YOLOMultiModalDataset")  # the names build_yolo_dataset instantiates
 _warned = False
 _raise_unavailable = False  # set while the launcher prepares (see preparing)
 
@@ -219,12 +218,5 @@ def in_use(cfg: Any) -> Iterator[None]:
     if not wanted(cfg):
         yield
         return
-    build: Any = ultra.module("data.build")
-    kept = {name: getattr(build, name) for name in _CLASSES}
-    for name, cls in kept.items():
-        setattr(build, name, node_cached(cls))
-    try:
+    with ultra.datasets_built_as(node_cached):
         yield
-    finally:
-        for name, cls in kept.items():
-            setattr(build, name, cls)
