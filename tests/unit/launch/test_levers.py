@@ -5,14 +5,12 @@ Decisions as a table (rig.launch.levers.decide), then the same through `rig trai
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 
 import pytest
-from rig import cli
 from rig.launch import levers
 
+from tests.helpers.dryrun import dry_run
 from tests.helpers.fakesys import FakeSys, bus
 
 
@@ -61,17 +59,6 @@ def test_levers(args: dict[str, str], world: int, cpu: bool, env: dict[str, str]
         assert "\n" not in decided.warnings[0]
 
 
-def _dry_run(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
-) -> tuple[dict[str, str], dict[str, str], str]:
-    assert cli.main(["train", "--dry-run", *argv]) == 0
-    printed = capsys.readouterr()
-    words = shlex.split(printed.out.strip())
-    env = dict(a.split("=", 1) for a in words[1 : words.index(sys.executable)])
-    args = dict(a.split("=", 1) for a in words[words.index("rig.launch.trainer") + 1 :])
-    return env, args, printed.err
-
-
 @pytest.fixture
 def gpus(tmp_path: Path) -> list[str]:
     root = tmp_path / "sys"
@@ -87,7 +74,7 @@ def test_sync_bn_with_one_rank_is_one_line_and_reaches_no_one(
 ) -> None:
     monkeypatch.delenv("RIG_SYNC_BN", raising=False)
     base = ["data=x.yaml", "model=yolo11n.yaml", f"project={tmp_path / 'runs'}", "sync_bn=True"]
-    env, args, err = _dry_run([*gpus, "--gpus", "1", *base], capsys)
+    env, args, err = dry_run([*gpus, "--gpus", "1", *base], capsys)
     warnings = [line for line in err.splitlines() if line.startswith("WARNING")]
     assert warnings == [
         "WARNING launch: sync_bn=True ignored: one rank, with no other GPU to share BatchNorm statistics "
@@ -95,7 +82,7 @@ def test_sync_bn_with_one_rank_is_one_line_and_reaches_no_one(
     ]
     assert "sync_bn" not in args and "RIG_SYNC_BN" not in env
 
-    env, args, err = _dry_run([*gpus, "--gpus", "2", *base], capsys)
+    env, args, err = dry_run([*gpus, "--gpus", "2", *base], capsys)
     assert "WARNING" not in err
     assert env["RIG_SYNC_BN"] == "1" and "sync_bn" not in args
 
@@ -105,7 +92,7 @@ def test_compile_on_the_cpu_warns_once_and_goes_on(
 ) -> None:
     monkeypatch.delenv("RIG_SYNC_BN", raising=False)
     base = ["device=cpu", "data=x.yaml", "model=yolo11n.yaml", f"project={tmp_path / 'runs'}"]
-    env, args, err = _dry_run([*base, "compile=default", "sync_bn=True"], capsys)
+    env, args, err = dry_run([*base, "compile=default", "sync_bn=True"], capsys)
     warnings = [line for line in err.splitlines() if line.startswith("WARNING")]
     assert len(warnings) == 2
     assert warnings[0].startswith("WARNING launch: compile=default on the CPU: measured 55x slower")

@@ -6,7 +6,6 @@ trainer's arguments and environment printed."""
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import threading
 from pathlib import Path
@@ -16,6 +15,7 @@ from rig import cli
 from rig.launch import steplevers
 from rig.launch.steplevers import LeverKey, LeverRecord, Measured
 
+from tests.helpers.dryrun import dry_run
 from tests.helpers.fakesys import FakeSys, bus
 from tests.scripts.fake_nvml import FakeGpu, FakeNvml
 
@@ -201,22 +201,11 @@ def one_h200(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return ["--sysfs-root", str(root), "--gpu-bus-ids", bus(0)]
 
 
-def _dry_run(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
-) -> tuple[dict[str, str], dict[str, str], str]:
-    assert cli.main(["train", "--dry-run", *argv]) == 0
-    printed = capsys.readouterr()
-    words = shlex.split(printed.out.strip())
-    env = dict(a.split("=", 1) for a in words[1 : words.index(sys.executable)])
-    args = dict(a.split("=", 1) for a in words[words.index("rig.launch.trainer") + 1 :])
-    return env, args, printed.err
-
-
 def test_rig_train_follows_the_benchs_record_for_its_gpu_model_and_batch(
     one_h200: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = [*one_h200, "data=x.yaml", "model=yolo11n.yaml", "batch=64", f"project={tmp_path / 'runs'}"]
-    env, args, err = _dry_run(base, capsys)
+    env, args, err = dry_run(base, capsys)
     assert "channels_last" not in args and "RIG_FUSED_OPTIMIZER" not in env
     assert (
         "INFO launch: channels_last, cuda_graphs, fused_optimizer: Ultralytics' default: not measured" in err
@@ -224,7 +213,7 @@ def test_rig_train_follows_the_benchs_record_for_its_gpu_model_and_batch(
 
     key = LeverKey("NVIDIA H200", steplevers.torch_version(), "yolo11n", 640, 64, True)
     steplevers.write_record(_record(SLOWER, FUSED, GRAPHS, key=key), steplevers.record_dir())
-    env, args, err = _dry_run(base, capsys)
+    env, args, err = dry_run(base, capsys)
     assert args["channels_last"] == "False" and env["RIG_FUSED_OPTIMIZER"] == "1"
     assert "compile" not in args  # the data cannot be counted: the run's length is unknown
     lines = [line for line in err.splitlines() if line.startswith("INFO launch: ") and "rig bench" in line]
@@ -234,7 +223,7 @@ def test_rig_train_follows_the_benchs_record_for_its_gpu_model_and_batch(
         "fused_optimizer",
     ]
 
-    env, args, err = _dry_run([*base, "channels_last=True", "fused_optimizer=False"], capsys)
+    env, args, err = dry_run([*base, "channels_last=True", "fused_optimizer=False"], capsys)
     assert args["channels_last"] == "True" and env["RIG_FUSED_OPTIMIZER"] == "0"
     assert "fused_optimizer" not in args  # rig's own: Ultralytics would refuse it
 
