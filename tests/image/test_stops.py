@@ -40,11 +40,18 @@ TRAIN = f"device=cpu --cpu-ranks 2 workers=2 epochs=3 imgsz=64 batch=4 plots=Fal
 RUNS = "/workspace/runs/detect"
 
 
+def _make_argv(*args: str) -> list[str]:
+    """`make -s ARGS` on the image under test, on the CPU, the checkout's .env neither read nor
+    written, no /metrics port published (several runs at once)."""
+    name, tag = os.environ.get("IMAGE", "yolo-rig:cu121").rsplit(":", 1)
+    settings = ["CPU_ONLY=yes", "ENV_FILE=/dev/null", "TRAIN_METRICS_PORT=0"]
+    return ["make", "-s", *args, f"IMAGE={name}", f"TAG={tag}", *settings]
+
+
 def _make(project: str, *args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COMPOSE_PROJECT_NAME": project}
-    image = os.environ.get("IMAGE", "yolo-rig:cu121").split(":")[0]
     return subprocess.run(
-        ["make", "-s", *args, f"IMAGE={image}", "GPU=no"],
+        _make_argv(*args),
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -124,11 +131,10 @@ def test_docker_stop_of_make_train_keeps_the_batch_and_the_resumed_run_is_the_wh
     # The same run, stopped by `docker stop` in its second epoch, then the same command again.
     cut = [*train, f"TRAIN_ARGS={TRAIN} name=cut resume=auto"]
     env = {**os.environ, "COMPOSE_PROJECT_NAME": project}
-    image = os.environ.get("IMAGE", "yolo-rig:cu121").split(":")[0]
     log = Path(f"/tmp/{project}.log")
     with log.open("w") as out:
         make = subprocess.Popen(
-            ["make", "-s", *cut, f"IMAGE={image}", "GPU=no"],
+            _make_argv(*cut),
             cwd=REPO,
             env=env,
             stdout=out,
