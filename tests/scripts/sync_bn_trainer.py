@@ -52,6 +52,7 @@ t.ema.update(t.model)  # the EMA's tensors still pair with the model's by name
 t.epoch, t.best_fitness, t.stopper, t.metrics, t.fitness = 0, None, EarlyStopping(), {}, None
 t.optimizer = torch.optim.SGD(t.model.parameters(), lr=0.01)
 t.scaler = torch.cuda.amp.GradScaler(enabled=False)
+t.train_loader = [None] * 4  # what _setup_train builds: a checkpoint records the epoch's batches
 t.save_model()
 print("CKPT", kinds(torch.load(t.last, map_location="cpu", weights_only=False)["ema"]))
 
