@@ -75,26 +75,33 @@ def seed_batch(seed: int, rank: int, epoch: int, batch: int) -> None:
     torch.manual_seed(value >> 1)
 
 
+def takes_keys(dataset: Any) -> bool:
+    """Whether the dataset's items can be asked for by a `Key` (a `seeded` class). Ultralytics'
+    classification dataset, built outside build_yolo_dataset, is not: it gets plain indices."""
+    return bool(getattr(dataset, "rig_takes_keys", False))
+
+
 class EpochSampler:
     """The train loader's sampler: a DistributedSampler whose passes are numbered here (`epoch`, the
-    epoch of the next pass), yielding `Key`s; `skip` samples of the next pass are left out (a resumed
-    epoch's first batches, already trained)."""
+    epoch of the next pass), yielding `Key`s (plain indices when not `keyed`); `skip` samples of the
+    next pass are left out (a resumed epoch's first batches, already trained)."""
 
-    def __init__(self, inner: Any, seed: int) -> None:
+    def __init__(self, inner: Any, seed: int, keyed: bool = True) -> None:
         self.inner = inner
         self.seed = seed
+        self.keyed = keyed
         self.epoch = 0
         self.skip = 0
 
     def __len__(self) -> int:
         return len(self.inner)
 
-    def __iter__(self) -> Iterator[Key]:
+    def __iter__(self) -> Iterator[Key | int]:
         epoch, skip = self.epoch, self.skip
         self.epoch, self.skip = epoch + 1, 0
         self.inner.set_epoch(epoch)
         for index in list(iter(self.inner))[skip:]:
-            yield Key(self.seed, epoch, int(index))
+            yield Key(self.seed, epoch, int(index)) if self.keyed else int(index)
 
 
 @functools.cache
@@ -102,6 +109,8 @@ def seeded(base: Any) -> Any:
     """base, whose items asked for by a `Key` make their random draws from it."""
 
     class Seeded(base):  # type: ignore[misc]
+        rig_takes_keys = True
+
         def __getitem__(self, index: Any) -> Any:
             if isinstance(index, Key):
                 seed_sample(index)

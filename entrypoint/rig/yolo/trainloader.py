@@ -100,7 +100,7 @@ def loader_class(base: type) -> type:
             shuffled = _shuffled(getattr(batches, "sampler", None), self.dataset)
             if shuffled is not None and _SEED:
                 shuffled.seed = _SEED[-1]
-                self.rig_epochs = draws.EpochSampler(shuffled, _SEED[-1])
+                self.rig_epochs = draws.EpochSampler(shuffled, _SEED[-1], draws.takes_keys(self.dataset))
                 batches.sampler = self.rig_epochs
 
         def _get_iterator(self) -> Any:

@@ -61,3 +61,19 @@ def test_a_keyed_item_is_seeded_from_its_key_a_plain_index_is_not(monkeypatch: p
     assert cls.__name__ == "SeededBase" and draws.seeded(Base) is cls
     assert cls()[draws.Key(1, 2, 3)] == 30 and seeded == [draws.Key(1, 2, 3)]
     assert cls()[4] == 40 and len(seeded) == 1
+
+
+def test_a_dataset_that_takes_no_keys_gets_plain_indices_in_the_same_order() -> None:
+    """Ultralytics' classification dataset is not a seeded one: its sampler yields the bare indices."""
+
+    class Base:
+        pass
+
+    assert draws.takes_keys(draws.seeded(Base)()) and not draws.takes_keys(Base())
+    keyed, plain = (
+        draws.EpochSampler(_Sampler(5), seed=3),
+        draws.EpochSampler(_Sampler(5), seed=3, keyed=False),
+    )
+    plain.skip = 2
+    assert list(plain) == [k.image for k in list(keyed)[2:]]
+    assert all(type(i) is int for i in plain)
