@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rig.observe import doctor_gather
 from rig.yolo import datasets, offline, tuning
 
+from tests.helpers.bounded import bounded
 from tests.helpers.datasets import make_dataset
 
 
@@ -143,23 +142,6 @@ def test_absolute_split_entries_keep_a_missing_path_as_ultralytics_reads_it(tmp_
 
 
 # ------------------------------------------------------------------- inputs that would hang or flood
-def bounded(fn: Any, seconds: float = 20) -> Any:
-    """fn's result (or its exception), failing the test instead of hanging when fn blocks."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), f"blocked for more than {seconds} s"
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
 
 
 def _yaml(root: Path, train: str, val: str = "images/train") -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from rig.yolo.nodecache import buildlock, imagecache
 from rig.yolo.nodecache.imagecache import Decoded, Entry, FileStamp, Unavailable
 
 from tests.helpers import needs_root
+from tests.helpers.bounded import bounded
 from tests.helpers.logrecords import Records, capture
 
 SETTINGS = {"imgsz": 640, "channels": 3, "resize": "rect", "ultralytics": "8.4.190", "opencv": "4.10"}
@@ -329,25 +329,6 @@ def test_location_and_switch() -> None:
 def records() -> Iterator[Records]:
     with capture() as handler:
         yield handler
-
-
-def bounded(fn: Any, seconds: float = 20) -> Any:
-    """fn's result, or a failure (not a hung test run) when it blocks for longer than seconds."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), f"blocked for more than {seconds} s"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def other_dataset(tmp_path: Path) -> bytes:
