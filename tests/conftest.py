@@ -7,7 +7,9 @@ here too.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,44 @@ from tests.helpers.waiting import wait_until
 __all__ = ["IMAGE", "Containers", "free_port", "wait_until"]
 
 DOCKER_TIMEOUT_S = 900
+
+# The test files that take longest under `make test`, slowest first (seconds on the 2-core CI box,
+# 2026-12-03). make test hands whole files to its workers (pytest-xdist, --dist loadfile) in
+# collection order: started first, a long file cannot end up running alone at the end. A file not
+# listed comes after these, in its usual order.
+SLOWEST_FILES = (
+    "image/test_release.py",  # 372
+    "image/test_gpu_rehearsal.py",  # 150
+    "image/test_image.py",  # 187
+    "image/test_hostile_user.py",  # 187
+    "image/test_speed.py",  # 161
+    "image/test_yolo_image.py",  # 159
+    "image/test_ultralytics_image.py",  # 143
+    "image/test_cpu_ranks_image.py",  # 142
+    "image/test_serve_stop.py",  # 136
+    "image/test_stops.py",  # 123
+    "image/test_imagecache.py",  # 115
+    "image/test_pytorchjob.py",  # 104
+    "image/test_ultralytics_peer.py",  # 95
+    "image/test_serve_hardening.py",  # 94
+    "image/test_multigpu.py",  # 93
+    "image/test_metrics_image.py",  # 85
+    "image/test_launch_image.py",  # 79
+    "image/test_hostile_inputs.py",  # 77
+    "image/test_device_augment.py",  # 74
+    "image/test_long_runs.py",  # 72
+)
+TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+
+    def place(item: pytest.Item) -> int:
+        inside = item.path.is_relative_to(TESTS)
+        return rank.get(item.path.relative_to(TESTS).as_posix(), len(rank)) if inside else len(rank)
+
+    items.sort(key=place)  # a stable sort: the tests of a file keep their order
 
 
 @pytest.fixture(autouse=True)
@@ -31,6 +71,24 @@ def _rig_log_propagates() -> Iterator[None]:
     yield
     logger.handlers.clear()
     logger.propagate = True
+
+
+@pytest.fixture(autouse=True)
+def _no_state_reaches_the_next_test() -> Iterator[None]:
+    """A worker (make test runs two, pytest-xdist) runs many test files in one process, one after
+    another: what a test leaves in the process's environment or working folder would reach every test
+    after it. The test that leaves it fails, and the next starts from what it found (monkeypatch's
+    changes are undone before this looks; tests/unit/test_isolation.py shows it)."""
+    environ, cwd = dict(os.environ), os.getcwd()
+    yield
+    keys = (environ.keys() | os.environ.keys()) - {"PYTEST_CURRENT_TEST"}  # pytest's own, per test
+    changed = sorted(k for k in keys if environ.get(k) != os.environ.get(k))
+    moved = os.getcwd() != cwd
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
+    assert not changed, f"the test left the environment changed ({', '.join(changed)}): use monkeypatch"
+    assert not moved, "the test left the working folder elsewhere: use monkeypatch.chdir"
 
 
 @pytest.fixture(scope="session")
