@@ -1,5 +1,6 @@
-"""How many graph breaks SyncBatchNorm costs torch.compile with the torch installed here (check 8 of
-tools/gpu_check_launch.sh), on one GPU.
+"""How many graph breaks SyncBatchNorm costs torch.compile with the torch installed here, on one GPU
+(`python tools/syncbn_graph_breaks.py`, PYTHONPATH=entrypoint; rig's WARNING for sync_bn with compile
+names it for a torch whose count was not measured).
 
 SyncBatchNorm refuses CPU tensors, and a one-rank group skips its synchronisation, so the check runs
 on the GPU in a fake two-rank process group (torch's own test backend: the code path is the one two
