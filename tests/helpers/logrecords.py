@@ -20,6 +20,9 @@ class Records(logging.Handler):
     def lines(self, level: int) -> list[str]:
         return [f"{r.name}: {r.getMessage()}" for r in self.records if r.levelno == level]
 
+    def warnings(self) -> list[str]:
+        return [r.getMessage() for r in self.records if r.levelno == logging.WARNING]
+
 
 @contextmanager
 def capture() -> Iterator[Records]:

@@ -1,6 +1,6 @@
 """One rank's metrics without Ultralytics: `python metrics_rank.py EPOCHS SHARD BATCH`, RANK from the env.
 
-Drives rig.observe.metrics' callbacks as Ultralytics' trainer calls them, with a trainer of plain
+Drives rig.instrument.metrics' callbacks as Ultralytics' trainer calls them, with a trainer of plain
 attributes: SHARD images a rank per epoch in batches of BATCH, 2 ms of loader wait and 3 ms of
 step a batch. prometheus-client reads PROMETHEUS_MULTIPROC_DIR from the environment it was given.
 """
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from rig.observe import metrics
+from rig.instrument import metrics
 
 
 class Loader:

@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_nvml import FakeGpu, FakeNvml
 from rig import log
-from rig.observe import telemetry
+from rig.instrument import telemetry
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 log.setup()  # attach() and record() do this; a bare Recorder does not

@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    from rig.observe import telemetry
+    from rig.instrument import telemetry
     from rig.yolo.demo_data import make_demo_dataset
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from ultralytics import YOLO

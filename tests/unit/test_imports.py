@@ -1,18 +1,17 @@
 """The package's import graph: no cycle among rig's modules at import time, the ground floor
-(rig.hardware) imports none of the floors above it, and launch/ reaches observe/ only where a run
-attaches its telemetry and metrics."""
+(rig.hardware) imports none of the floors above it, launch/ never imports observe/ (what a run
+carries to be seen sits below it, in instrument/), and instrument/ imports neither. Every import is
+a plain one the graph reads: none by name (importlib) from one rig module of another."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "entrypoint" / "rig"
 
-# The modules of launch/ that may import observe/: the rank attaches telemetry and its metrics
-# (trainer), the launcher serves the node's /metrics (torchrun) and checks its port (job).
-LAUNCH_TO_OBSERVE = {"rig.launch.trainer", "rig.launch.torchrun", "rig.launch.job"}
 ABOVE_THE_GROUND = ("rig.launch", "rig.observe", "rig.yolo", "rig.workstation", "rig.commands")
 
 
@@ -105,12 +104,43 @@ def test_the_ground_floor_imports_no_floor_above_it() -> None:
     assert not wrong, wrong
 
 
-def test_launch_reaches_observe_only_to_attach_telemetry() -> None:
-    wrong = sorted(
+def _running_up(floor: str, above: tuple[str, ...]) -> list[str]:
+    return sorted(
         f"{name} imports {dep}"
         for name, deps in GRAPH.items()
-        if name.startswith("rig.launch") and name not in LAUNCH_TO_OBSERVE
+        if name.startswith(floor)
         for dep in deps
-        if dep.startswith("rig.observe")
+        if dep.startswith(above)
     )
+
+
+def test_launch_never_imports_what_observes_it() -> None:
+    assert not _running_up("rig.launch", ("rig.observe",)), _running_up("rig.launch", ("rig.observe",))
+
+
+def test_instrument_sits_below_launch() -> None:
+    wrong = _running_up("rig.instrument", ("rig.launch", "rig.observe", "rig.commands", "rig.workstation"))
     assert not wrong, wrong
+
+
+def test_the_graph_sees_launch_used_by_the_bench() -> None:
+    assert "rig.launch.trainer" in GRAPH["rig.observe.bench.realrun"]
+    assert "rig.instrument.telemetry" in GRAPH["rig.launch.trainer"]
+
+
+# The rig modules that import another rig module by name (importlib), hidden from the graph above,
+# and why a plain import will not do.
+BY_NAME = {
+    # rig.yolo.nodecache.cached_dataset's classes, looked up when a spawn-started loader worker
+    # unpickles a DeviceAugmented one by name.
+    "rig.yolo.device_augment",
+}
+
+
+def test_the_imports_by_name_are_the_listed_ones() -> None:
+    """importlib.import_module("rig....") hides an edge from the graph: each one is listed."""
+    by_name = re.compile(r"""import_module\(\s*f?["']rig\.""")
+    found = {name for name, path in MODULES.items() if by_name.search(path.read_text())}
+    assert found == BY_NAME, (
+        f"imported by name, not listed: {sorted(found - BY_NAME)}; listed, gone: {sorted(BY_NAME - found)}"
+    )

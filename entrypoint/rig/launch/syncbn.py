@@ -78,7 +78,7 @@ def keep_frozen_in_eval(model: Any, frozen_names: Sequence[str]) -> int:
 # The torch releases whose graph breaks were counted (issue 21 item 13: torch 2.3.1, two ranks, a
 # two-layer model: 7 graphs, each SyncBatchNorm breaking the graph). No other release could be counted
 # here: SyncBatchNorm refuses CPU tensors (ValueError) and aten::batch_norm_stats has no CPU kernel in
-# torch 2.3.1 nor 2.9.1, so only tools/gpu_check_syncbn_compile.py on a GPU counts a newer torch.
+# torch 2.3.1 nor 2.9.1, so only tools/syncbn_graph_breaks.py on a GPU counts a newer torch.
 MEASURED_RELEASES = ("2.3.",)
 
 
@@ -102,7 +102,7 @@ def compile_warning(layers: int, compile_value: Any, torch_version: str) -> str 
     return head + (
         f"what torch {torch_version} compiles of SyncBatchNorm was not measured (torch 2.3 breaks the "
         f"graph at each SyncBatchNorm layer: {layers} graph breaks for this model, {layers + 1} or more "
-        "compiled pieces with Python between them at every step; tools/gpu_check_syncbn_compile.py "
+        "compiled pieces with Python between them at every step; tools/syncbn_graph_breaks.py "
         "counts them for this torch on a GPU): measure with `rig bench --compile`, or train with one of "
         "the two"
     )

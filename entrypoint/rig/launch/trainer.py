@@ -23,8 +23,8 @@ from typing import Any
 
 from rig import log, rankenv
 from rig.errors import RigError
+from rig.instrument import metrics, telemetry
 from rig.launch import checkpoints, cpuddp, ddp, steplevers, syncbn
-from rig.observe import metrics, telemetry
 from rig.yolo import resumable, ultra
 from rig.yolo import trainer as yolo_trainer
 
@@ -293,8 +293,23 @@ def _exit_code(trainer: Any, rank: int) -> int:
         return 0
     if rank == 0:
         last = getattr(trainer, "last", None)
-        _logger.info("stopped by signal %d; kept %s; continue with: resume=True model=%s", agreed, last, last)
+        _logger.info(
+            "stopped by signal %d; kept %s; %s",
+            agreed,
+            last,
+            resume_hint(last, int(getattr(trainer, "epoch", 0))),
+        )
     return 128 + agreed
+
+
+def resume_hint(last: Path | None, epoch: int) -> str:
+    """How to continue a run stopped in `epoch` (0-based): rig's resume first (exactly where it
+    stopped); stock Ultralytics' only from the second epoch on (it reruns the interrupted epoch, and
+    does not resume a checkpoint of the first: a new run, or "nothing to resume")."""
+    hint = f"continue with the same `rig train` command and resume=auto (or resume=True model={last})"
+    if epoch >= 1:
+        hint += f"; stock Ultralytics reruns epoch {epoch + 1}: `yolo train resume=True model={last}`"
+    return hint
 
 
 if __name__ == "__main__":

@@ -14,10 +14,13 @@ uninterrupted epoch would have drawn. The one place that says how.
   from (seed, rank, epoch, batch) at the start of each batch (`seed_batch`).
 So nothing random needs to be saved in a checkpoint: the epoch and the batch say it all.
 
-One difference stays with `cache` off: mosaic picks its partners among the images the worker loaded
-recently (Ultralytics' buffer, up to 8 batches), so for the first batches after a resume the pool
-is smaller than it was. The draws are the same; with `cache=ram` (partners from the whole dataset)
-or `mosaic=0` the resumed epoch is the uninterrupted one exactly.
+One difference stays with `cache` off (or disk): mosaic picks its partners among the images its
+worker loaded last (Ultralytics' buffer: min(images, 8 x the rank's batch, 1000) of them, from
+that worker's own batches, which the loader hands out to its workers in turn). The draws are the
+same, the buffer they index is not always: after a resume each worker's buffer starts empty (other
+partners until it is full again, about 8 of its batches); with another number of workers every
+buffer holds other batches' images (other partners until mosaic closes). With `cache=ram`
+(partners from the whole dataset) or `mosaic=0` the resumed epoch is the uninterrupted one exactly.
 """
 
 from __future__ import annotations

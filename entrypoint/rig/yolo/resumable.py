@@ -8,7 +8,8 @@ its `save_model`, loadable by stock Ultralytics: `YOLO("last.pt")`, `yolo train 
 - the EMA and the optimizer's state as training has them (fp32);
 - under `RESUME_KEY`: the model's own weights (fp32), the position (the epoch to train next and
   its batches already trained), the step the optimizer last took and the gradients accumulated since
-  (Ultralytics steps every `nbs / batch` batches), and the epoch's running loss.
+  (Ultralytics steps every `nbs / batch` batches) with the AMP scale they were accumulated under,
+  and the epoch's running loss.
 The random draws need nothing saved (rig.yolo.draws): the epoch and the batch decide them. The
 learning rate and warmup follow from the iteration count, as in Ultralytics' loop; early stopping,
 the best fitness, the EMA's updates and the AMP scaler are Ultralytics' own keys.
@@ -101,13 +102,45 @@ def checkpoint(trainer: Any, epoch: int, done: int, last_opt_step: int, tloss: A
 
     last_opt_step: the iteration (epoch * batches + batch) of the optimizer's last step; the
     gradients accumulated since are kept when it was before the last batch trained."""
-    tu = _torch_utils()
-    model = tu.unwrap_model(trainer.model)
-    batches = len(trainer.train_loader)
     ema, modelopt = _ema_copy(trainer)
-    trained = epoch * batches + done - 1  # the iteration of the last batch trained
     engine: Any = ultra.trainer_engine()
-    git = engine.GIT
+    return contents(
+        trainer,
+        epoch,
+        done,
+        last_opt_step,
+        tloss,
+        model=_torch_utils().unwrap_model(trainer.model),
+        ema=ema,
+        modelopt=modelopt,
+        git=engine.GIT,
+        version=ultra.version(),
+    )
+
+
+def scale_of(scaler: Any) -> float:
+    """The AMP scaler's scale (what backward multiplied the loss by); 1.0 when disabled or absent."""
+    if scaler is None or not scaler.is_enabled():
+        return 1.0
+    return float(scaler.get_scale())
+
+
+def contents(
+    trainer: Any,
+    epoch: int,
+    done: int,
+    last_opt_step: int,
+    tloss: Any,
+    *,
+    model: Any,
+    ema: Any,
+    modelopt: Any,
+    git: Any,
+    version: str,
+) -> dict[str, Any]:
+    """checkpoint's dictionary from its parts: `model` the unwrapped model, `ema` its saved copy."""
+    batches = len(trainer.train_loader)
+    trained = epoch * batches + done - 1  # the iteration of the last batch trained
     return {
         "epoch": epoch - 1,  # Ultralytics': the last whole epoch
         "best_fitness": trainer.best_fitness,
@@ -122,7 +155,7 @@ def checkpoint(trainer: Any, epoch: int, done: int, last_opt_step: int, tloss: A
         "train_metrics": {**(trainer.metrics or {}), "fitness": trainer.fitness},
         "train_results": trainer.read_results_csv(),
         "date": datetime.now().astimezone().isoformat(),
-        "version": ultra.version(),
+        "version": version,
         "git": {
             "root": str(git.root),
             "branch": git.branch,
@@ -141,6 +174,9 @@ def checkpoint(trainer: Any, epoch: int, done: int, last_opt_step: int, tloss: A
             "model": model.state_dict(),
             "last_opt_step": last_opt_step,
             "gradients": _gradients(model) if last_opt_step < trained else {},
+            # The scale the gradients were accumulated under (AMP's; 1.0 without): another scaler
+            # (a CPU checkpoint resumed on a GPU, or back) scales them by the ratio.
+            "grad_scale": scale_of(trainer.scaler),
             "tloss": tloss,
             # What the loop learns at a run's first batch: a resumed epoch with no batch left validates.
             "loss_names": list(getattr(trainer, "loss_names", ()) or ()),
@@ -165,6 +201,7 @@ class Pending:
     loss: Any = None
     batches: int = 0  # the epoch's batches per rank when saved
     lr: tuple[float, ...] = ()
+    grad_scale: float | None = None  # the AMP scale `gradients` were accumulated under; None: unknown
 
 
 def restore(trainer: Any, ckpt: Mapping[str, Any]) -> Pending:
@@ -185,6 +222,7 @@ def restore(trainer: Any, ckpt: Mapping[str, Any]) -> Pending:
         loss=state.get("loss"),
         batches=int(state["batches"]),
         lr=tuple(state.get("lr") or ()),
+        grad_scale=None if state.get("grad_scale") is None else float(state["grad_scale"]),
     )
 
 

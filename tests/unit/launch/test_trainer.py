@@ -123,7 +123,7 @@ def test_exit_code_follows_the_agreed_stop_not_the_local_signal(monkeypatch: pyt
     finished exits 0 even when a signal came after its last stop check (there is nothing to resume)."""
     from rig.launch import trainer
 
-    stopped = SimpleNamespace(rig_stop_signal=15, last=Path("last.pt"))
+    stopped = SimpleNamespace(rig_stop_signal=15, last=Path("last.pt"), epoch=1)
     finished = SimpleNamespace(last=Path("last.pt"))  # no stop agreed: Ultralytics ran every epoch
     monkeypatch.setattr(trainer.STOP, "signum", 0)
     assert trainer._exit_code(stopped, rank=1) == 143  # this rank got no signal itself
@@ -131,3 +131,14 @@ def test_exit_code_follows_the_agreed_stop_not_the_local_signal(monkeypatch: pyt
     monkeypatch.setattr(trainer.STOP, "signum", 15)  # a signal after the last check of the last epoch
     assert trainer._exit_code(finished, rank=0) == 0
     assert trainer._exit_code(stopped, rank=0) == 143
+
+
+def test_the_closing_hint_names_rigs_resume_first_and_stock_ultralytics_only_where_it_resumes() -> None:
+    from rig.launch import trainer
+
+    first = trainer.resume_hint(Path("w/last.pt"), 0)
+    assert first.startswith("continue with the same `rig train` command and resume=auto")
+    assert "resume=True model=w/last.pt" in first and "yolo train" not in first  # stock: nothing to resume
+    later = trainer.resume_hint(Path("w/last.pt"), 4)
+    assert later.startswith("continue with the same `rig train`")
+    assert later.endswith("stock Ultralytics reruns epoch 5: `yolo train resume=True model=w/last.pt`")

@@ -12,10 +12,11 @@ from types import SimpleNamespace
 import pytest
 from rig import cli
 from rig.errors import RigError
-from rig.observe import bench, telemetry
+from rig.instrument import telemetry
+from rig.instrument.telemetry import StepTotals
+from rig.observe import bench
 from rig.observe.bench import measure, realrun, results, tail
 from rig.observe.bench.results import LeverStep, StepResult
-from rig.observe.telemetry import StepTotals
 
 from tests.helpers.waiting import wait_until
 from tests.scripts.fake_nvml import FakeGpu, FakeNvml

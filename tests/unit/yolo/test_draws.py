@@ -3,6 +3,7 @@ The image tests prove the draws themselves (a resumed epoch equal, bit for bit, 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -77,3 +78,18 @@ def test_a_dataset_that_takes_no_keys_gets_plain_indices_in_the_same_order() -> 
     plain.skip = 2
     assert list(plain) == [k.image for k in list(keyed)[2:]]
     assert all(type(i) is int for i in plain)
+
+
+def test_every_draw_is_seeded_from_the_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sample's draws and a batch's differ from one epoch to the next (mosaic's partners, the
+    affine, multi-scale's size), and are the same for the same epoch: a resumed one."""
+    seeds: list[int] = []
+    monkeypatch.setattr(draws, "_seed_host", seeds.append)
+    monkeypatch.setattr(draws, "_libraries", lambda: (None, SimpleNamespace(manual_seed=lambda _s: None)))
+    for epoch in (1, 2, 1):
+        draws.seed_sample(draws.Key(seed=0, epoch=epoch, image=5))
+        draws.seed_batch(0, 0, epoch, 3)
+    sample, batch = seeds[0::2], seeds[1::2]
+    assert sample[0] != sample[1] and sample[0] == sample[2]
+    assert batch[0] != batch[1] and batch[0] == batch[2]
+    assert len(set(sample) | set(batch)) == 4  # the workers' and the ranks' streams apart

@@ -1,6 +1,10 @@
-"""Where a checkpoint continues, read from it (the writing is the image tests')."""
+"""Where a checkpoint continues, read from it; what the resumable state holds (its torch parts, the
+EMA copy and the weights, are the image tests')."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
 
 from rig.yolo import resumable
 
@@ -20,3 +24,63 @@ def test_a_position_says_what_resume_does() -> None:
     assert resumable.Position(2, 16, 16).describe(10) == "epoch 3/10 trained, its validation next"
     assert resumable.Position(3, 0, 16).describe(10) == "epoch 4/10 from its start"
     assert not resumable.Position(3, 0, 16).mid_epoch
+
+
+class _Grad:
+    def detach(self) -> _Grad:
+        return self
+
+    def clone(self) -> str:
+        return "grad"
+
+
+class _Model:
+    def state_dict(self) -> dict[str, str]:
+        return {"w": "weights"}
+
+    def named_parameters(self) -> list[tuple[str, object]]:
+        return [("w", SimpleNamespace(grad=_Grad())), ("frozen", SimpleNamespace(grad=None))]
+
+
+def _trainer(scaler_enabled: bool) -> SimpleNamespace:
+    scaler = SimpleNamespace(
+        state_dict=lambda: {"scale": 1024.0, "_growth_tracker": 3} if scaler_enabled else {},
+        is_enabled=lambda: scaler_enabled,
+        get_scale=lambda: 1024.0,
+    )
+    return SimpleNamespace(
+        train_loader=[0] * 10,
+        best_fitness=0.5,
+        stopper=SimpleNamespace(best_fitness=0.5, best_epoch=1),
+        ema=SimpleNamespace(updates=42),
+        optimizer=SimpleNamespace(state_dict=lambda: {"state": {}}, param_groups=[{"lr": 0.01}]),
+        scaler=scaler,
+        args=SimpleNamespace(epochs=3),
+        metrics={},
+        fitness=0.5,
+        read_results_csv=lambda: {},
+        loss_names=("box",),
+    )
+
+
+def _contents(trainer: SimpleNamespace, done: int, last_opt_step: int) -> dict[str, Any]:
+    git = SimpleNamespace(root="/", branch=None, commit=None, message=None, origin=None)
+    return resumable.contents(
+        trainer, 2, done, last_opt_step, None, model=_Model(), ema="ema", modelopt=None, git=git, version="8"
+    )
+
+
+def test_the_saved_state_holds_the_scaler_and_the_scale_its_gradients_were_accumulated_under() -> None:
+    on_gpu = _contents(_trainer(scaler_enabled=True), done=5, last_opt_step=20)
+    assert on_gpu["scaler"] == {"scale": 1024.0, "_growth_tracker": 3} and on_gpu["updates"] == 42
+    state = on_gpu[resumable.RESUME_KEY]
+    assert state["grad_scale"] == 1024.0 and state["gradients"] == {"w": "grad"}
+    assert (state["epoch"], state["done"], state["batches"], state["last_opt_step"]) == (2, 5, 10, 20)
+    assert on_gpu["epoch"] == 1  # Ultralytics': the last whole epoch
+    on_cpu = _contents(_trainer(scaler_enabled=False), done=5, last_opt_step=20)
+    assert on_cpu["scaler"] == {} and on_cpu[resumable.RESUME_KEY]["grad_scale"] == 1.0
+
+
+def test_gradients_are_kept_only_when_batches_were_trained_since_the_last_step() -> None:
+    stepped = _contents(_trainer(scaler_enabled=False), done=5, last_opt_step=24)  # 2 * 10 + 5 - 1
+    assert stepped[resumable.RESUME_KEY]["gradients"] == {}

@@ -29,7 +29,7 @@ def settings(
     """The loader settings for stock and ours, and the reasons for ours."""
     cfg = ultra.default_cfg()
     # In the image cfg is already ours and upstream.yaml records what the overlay replaced; in a
-    # plain environment (tools/gpu_check_*.sh) cfg is stock and the overlay is read from
+    # plain environment (tools/gpu_check.sh) cfg is stock and the overlay is read from
     # RIG_CONFIGS_DIR. Keys the overlay leaves alone are the same in both.
     upstream, ours_static = overlay.upstream_values(), overlay.overlay_values()
     stock: dict[str, Any] = {k: upstream.get(k, cfg[k]) for k in LOADER_KEYS}

@@ -25,8 +25,9 @@ from typing import Any
 
 from rig import log
 from rig.hardware import nvml
+from rig.instrument import telemetry
 from rig.launch import steplevers
-from rig.observe import cachebench, telemetry
+from rig.observe import cachebench
 from rig.observe.bench import loader, realrun, step, tail
 from rig.observe.bench.results import (
     BenchOptions,

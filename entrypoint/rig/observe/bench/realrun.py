@@ -4,7 +4,7 @@ same start-up: images/s, the share of step time spent waiting for data, and the 
 Ours is what `rig train` runs: rig's trainer (the node image cache, the device tail), its loader
 settings, the batch it picks without batch= and the step levers its decision gives. Stock is
 `yolo train` at the same settings: Ultralytics' own trainer, loader settings and default batch.
-Steps are timed as telemetry times them (rig.observe.telemetry.StepTimer); the GPU is sampled by
+Steps are timed as telemetry times them (rig.instrument.telemetry.StepTimer); the GPU is sampled by
 telemetry's own Recorder (NVML, into a CSV in a scratch folder), and the busy share is the mean of
 its samples taken while the measured steps ran.
 """
@@ -12,7 +12,6 @@ its samples taken while the measured steps ran.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import statistics
 import tempfile
@@ -21,9 +20,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rig.observe import telemetry
+from rig.instrument import telemetry
+from rig.instrument.telemetry import StepTimer, StepTotals
+from rig.launch import trainer as launch_trainer
 from rig.observe.bench.results import BenchOptions, TrainResult, train_result
-from rig.observe.telemetry import StepTimer, StepTotals
 from rig.yolo import ultra
 
 STARTUP_BATCHES = 3  # the first batches (workers starting, cuDNN autotuning, compiling) are not throughput
@@ -88,7 +88,7 @@ def run(
     model.add_callback("on_train_batch_start", lambda _t: timer.batch_start())
     model.add_callback("on_train_batch_end", batch_end)
     base = model.task_map[model.task]["trainer"]
-    trainer = base if stock else importlib.import_module("rig.launch.trainer").rig_trainer_class(base)
+    trainer = base if stock else launch_trainer.rig_trainer_class(base)
     ordinal = device.index or 0
     with tempfile.TemporaryDirectory(prefix="rig-bench-run-") as project:
         recorder = telemetry.Recorder(

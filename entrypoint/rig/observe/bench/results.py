@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rig.errors import RigError
+from rig.instrument.telemetry import StepTotals
 from rig.launch import steplevers
 from rig.observe import cachebench
-from rig.observe.telemetry import StepTotals
 from rig.yolo import ultra
 
 
@@ -87,6 +87,7 @@ class LeverStep:
     equal: bool | None = None  # loss_delta within AMP's own noise (StepResult.amp_noise)
     setup_s: float = 0.0  # the first step's time (compiling, capturing) beyond a plain step's
     note: str | None = None
+    losses: tuple[float, ...] = ()  # the compared steps' losses, as eager's beside them
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class StepResult:
     chosen_img_s: float | None = None  # the step with all of them
     batch: int = 0
     optimizer: str = ""
+    eager_losses: tuple[float, ...] = ()  # the first equal_steps steps' losses, eager
 
 
 @dataclass(frozen=True)

@@ -268,6 +268,7 @@ def measure(
         chosen_img_s=chosen_img_s,
         batch=shared.batch,
         optimizer="SGD",
+        eager_losses=tuple(eager.losses[:equal]),
     )
     return _compiled(result, shared, eager, opts, device, steps, warmup)
 
@@ -301,6 +302,7 @@ def _lever(
         equal=delta <= noise,
         setup_s=max(run.first_step_s - run.step_s, 0.0),
         note=run.note,
+        losses=tuple(run.losses[:equal]),
     )
 
 

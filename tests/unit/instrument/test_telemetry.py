@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rig.errors import RigError
 from rig.hardware import nvml as nvml_module
-from rig.observe import telemetry
+from rig.instrument import telemetry
 
 from tests.helpers.waiting import wait_until
 from tests.scripts.fake_nvml import NVML_ERROR_NOT_SUPPORTED, FakeGpu, FakeNvml

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rig.hardware.nvml import Nvml
-from rig.observe import telemetry
+from rig.instrument import telemetry
 
 # (name, help as dcgm-exporter writes it, the Nvml.read() field or "fb_free_mib")
 DCGM_GAUGES: tuple[tuple[str, str, str], ...] = (

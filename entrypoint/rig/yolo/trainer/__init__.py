@@ -6,12 +6,18 @@
   writes a checkpoint at that batch boundary and the run ends there, without validating or scoring
   the partial epoch. A stop during validation ends it and saves the epoch as trained, its
   validation still to run. Every RIG_CHECKPOINT_EVERY seconds rank 0 writes the same kind of
-  checkpoint at a batch boundary, so a SIGKILL loses at most that long.
+  checkpoint at a batch boundary, so a SIGKILL loses at most that long; one that cannot be written
+  (a full disk) is a WARNING, the previous one stays and training goes on.
 - Resume continues exactly there (rig.yolo.resumable: what the checkpoint holds, fp32; rig.yolo.draws:
   the random draws; rig.yolo.trainloader: the loader starting at a batch). The loop is Ultralytics'
   own: its batch index starts at the resumed batch (its `enumerate`, for the train loader), its
   accumulation counts from the step before the stop (`accumulate` reads past it until the first
-  step), and the running loss and accumulated gradients come back at the first resumed batch.
+  step), and the running loss and accumulated gradients come back at the first resumed batch, on
+  the training device. A resume into another geometry restarts the accumulation.
+
+The class only wires Ultralytics' hooks to the parts, each one job and tested alone: `loaders` (the
+train loader's numbering), `accumulation` (the optimizer's step), `stops` (the agreed stop),
+`validation` (a stoppable pass), `saves` (periodic checkpoints), `resume` (what a resume puts back).
 - Every save is atomic, the end-of-training rewrite of last.pt and best.pt too; the datasets are
   rig's (the node image cache, the augmentation's pixel work on the device, seeded draws).
 
@@ -22,16 +28,18 @@ rig.launch.trainer gives it.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
+import functools
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from rig import log
 from rig.yolo import device_augment, draws, optkernels, resumable, trainloader, ultra
 from rig.yolo.nodecache import cached_dataset
+from rig.yolo.trainer import accumulation, loaders, resume, saves, stops, validation
+from rig.yolo.trainer.validation import ValidationStopped
 
 _logger = log.get("trainer")
 _MISSING = object()
@@ -61,12 +69,6 @@ class Rank(Protocol):
     def atomic_strip(self, strip: Callable[..., Any], drop: Sequence[str]) -> Callable[..., Any]: ...
 
 
-class ValidationStopped(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
 @contextlib.contextmanager
 def _set_for_now(obj: object, **values: Any) -> Iterator[None]:
     """obj's attributes (a module's globals too, present or not) set while inside."""
@@ -88,21 +90,17 @@ def trainer_class(base: type, rank: Rank) -> type:
 
     class RigTrainer(base):  # type: ignore[misc]
         rig_sync_bn = False  # the model's BatchNorm2d layers are SyncBatchNorm
-        rig_stopping = False  # the ranks agreed to stop: the run ends at this batch boundary
-        rig_stop_signal = 0
-        rig_stop_saved = False  # the stop's checkpoint is written
         rig_requested_workers: Any = None
         rig_pending: resumable.Pending | None = None  # what the first resumed batch puts back
-        rig_offset = 0  # the coming epoch's first batch index (a resumed epoch's)
-        rig_batch = -1  # the index of the batch under way in its epoch
-        rig_last_opt_step = -1  # the iteration of the optimizer's last step
-        rig_step_offset = 0  # added to `accumulate` until the first step after a resume
-        rig_accumulate = 1
-        rig_last_save = 0.0  # time.monotonic() of the last checkpoint
         stopper: Any  # Ultralytics' EarlyStopping, from _setup_train on
         loss_names: Any  # Ultralytics', from the first batch on
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            # Before Ultralytics' __init__, which sets `accumulate`.
+            self.rig_steps = accumulation.Accumulation()
+            self.rig_stop = stops.Stop()
+            self.rig_numbering = loaders.Batches(finished=lambda: self._rig_put_back(trained=True))
+            self.rig_saves = saves.Cadence(rank.checkpoint_every)
             super().__init__(*args, **kwargs)
             world = rank.world_size()
             # Ultralytics counted only this node's `device` list, and 0 for the CPU (never DDP there);
@@ -197,39 +195,43 @@ def trainer_class(base: type, rank: Rank) -> type:
                 return super()._setup_train()
 
         # ---- the loop -----------------------------------------------------------------------------
+        @property
+        def rig_batch(self) -> int:  # the index of the batch under way in its epoch
+            return self.rig_numbering.current
+
+        @rig_batch.setter
+        def rig_batch(self, value: int) -> None:
+            self.rig_numbering.current = value
+
+        @property
+        def rig_stopping(self) -> bool:  # the ranks agreed to stop: the run ends at this batch boundary
+            return self.rig_stop.stopping
+
+        @rig_stopping.setter
+        def rig_stopping(self, value: bool) -> None:
+            self.rig_stop.stopping = value
+
+        @property
+        def rig_stop_signal(self) -> int:  # rig.launch.trainer's exit code
+            return self.rig_stop.signal
+
         def _do_train(self) -> Any:
-            self.rig_last_save = time.monotonic()
-            with _set_for_now(ultra.trainer_engine(), enumerate=self._rig_enumerate):
+            self.rig_saves.started()
+            numbered = loaders.enumerate_for(lambda: getattr(self, "train_loader", None), self.rig_numbering)
+            with _set_for_now(ultra.trainer_engine(), enumerate=numbered):
                 return super()._do_train()
-
-        def _rig_enumerate(self, iterable: Iterable[Any], start: int = 0) -> Iterator[tuple[int, Any]]:
-            """Ultralytics' loop's `enumerate`: for the train loader, from the epoch's first batch index."""
-            if iterable is not getattr(self, "train_loader", None):
-                return builtins.enumerate(iterable, start)
-            return self._rig_batches(iterable, start)
-
-        def _rig_batches(self, loader: Iterable[Any], start: int) -> Iterator[tuple[int, Any]]:
-            offset, self.rig_offset = self.rig_offset, 0
-            for i, batch in builtins.enumerate(loader, start + offset):
-                self.rig_batch = i
-                yield i, batch
-            self._rig_put_back(trained=True)  # a resumed epoch with no batch left: its validation is next
 
         @property
         def accumulate(self) -> int:  # Ultralytics': batches per optimizer step
-            return self.rig_accumulate + self.rig_step_offset
+            return self.rig_steps.accumulate
 
         @accumulate.setter
         def accumulate(self, value: int) -> None:
-            self.rig_accumulate = value
+            self.rig_steps.nominal = value
 
         def optimizer_step(self) -> None:
             super().optimizer_step()
-            self.rig_last_opt_step = self._rig_iteration()
-            self.rig_step_offset = 0
-
-        def _rig_iteration(self) -> int:
-            return int(self.rig_batch + len(self.train_loader) * self.epoch)
+            self.rig_steps.stepped(accumulation.iteration(self.epoch, self.rig_batch, len(self.train_loader)))
 
         def _rig_train_start(self) -> None:
             _logger.info(
@@ -240,23 +242,12 @@ def trainer_class(base: type, rank: Rank) -> type:
             )
 
         def _rig_epoch_start(self) -> None:
-            pending = self.rig_pending
-            done = pending.done if pending is not None else 0
-            if pending is not None and done and pending.batches != len(self.train_loader):
-                # Another world size or batch: the epoch's images are shared out differently.
-                if rank.is_first():
-                    _logger.warning(
-                        "%s was saved at batch %d of %d per rank; this run has %d per rank (another "
-                        "world size or batch): epoch %d runs again from its start",
-                        self.args.model,
-                        done,
-                        pending.batches,
-                        len(self.train_loader),
-                        self.epoch + 1,
-                    )
-                pending.done = done = 0
-                pending.gradients, pending.tloss = {}, None
-            self.rig_offset = done
+            if self.rig_pending is not None:
+                self.rig_pending, warning = resume.fitted(self.rig_pending, len(self.train_loader))
+                if warning and rank.is_first():
+                    _logger.warning("%s %s (epoch %d)", self.args.model, warning, self.epoch + 1)
+            done = self.rig_pending.done if self.rig_pending is not None else 0
+            self.rig_numbering.offset = done
             begin = getattr(self.train_loader, "begin_epoch", None)
             if begin is not None:
                 begin(self.epoch, done)
@@ -269,22 +260,22 @@ def trainer_class(base: type, rank: Rank) -> type:
             pending, self.rig_pending = self.rig_pending, None
             if pending is None:
                 return
+            device = getattr(self, "device", None)
             if trained:  # the epoch's start set its own rate; no batch set the warmup's since
                 for group, lr in zip(self.optimizer.param_groups, pending.lr, strict=False):
                     group["lr"] = lr
-            self.tloss = pending.tloss
+            self.tloss = resume.on_device(pending.tloss, device)
             if not self.loss_names and pending.loss_names:  # no batch yet in this process
-                self.loss_names, self.loss_items, self.loss = (
-                    pending.loss_names,
-                    pending.loss_items,
-                    pending.loss,
-                )
+                self.loss_names = pending.loss_names
+                self.loss_items = resume.on_device(pending.loss_items, device)
+                self.loss = resume.on_device(pending.loss, device)
                 if rank.is_first() and self.metrics is not None:
                     self.metrics.update(dict.fromkeys(self.label_loss_items(prefix="val"), 0.0))
-            resumable.put_gradients(self, pending.gradients)
-            self.rig_last_opt_step = pending.last_opt_step
-            # Ultralytics' loop counts from -1 after a resume: it steps when ni - last >= accumulate.
-            self.rig_step_offset = pending.last_opt_step + 1
+            if pending.gradients:
+                now = resumable.scale_of(getattr(self, "scaler", None))
+                saved = now if pending.grad_scale is None else pending.grad_scale
+                resumable.put_gradients(self, resume.gradients_scaled(pending.gradients, saved, now))
+            self.rig_steps.resumed(pending.last_opt_step)
 
         def _rig_batch_end(self) -> None:
             if self.stop:
@@ -293,35 +284,31 @@ def trainer_class(base: type, rank: Rank) -> type:
             signum = rank.agreed_stop(self)
             if signum:
                 self._rig_stop(signum, done)
-            elif rank.is_first() and self._rig_checkpoint_due():
-                self._rig_checkpoint(self.epoch, done, "checkpoint")
-
-        def _rig_checkpoint_due(self) -> bool:
-            every = rank.checkpoint_every()
-            return every > 0 and time.monotonic() - self.rig_last_save >= every
+            elif rank.is_first() and self.rig_saves.due():
+                write = functools.partial(self._rig_checkpoint, self.epoch, done, "checkpoint")
+                if not saves.periodic(write, self.last):
+                    self.rig_saves.saved()  # the next try comes a period later, not at the next batch
 
         def _rig_stop(self, signum: int, done: int) -> None:
-            self.stop = self.rig_stopping = True
-            self.rig_stop_signal = signum
+            self.stop = True
+            self.rig_stop.agreed(signum)
             if getattr(self, "stopper", None) is not None:
                 # A partial epoch is not one for early stopping to judge: the loop calls the stopper next.
-                self.stopper = _FrozenStopper(self.stopper)
+                self.stopper = stops.FrozenStopper(self.stopper)
             if rank.is_first():
                 _logger.info("stop requested (signal %d): saving at this batch boundary", signum)
                 self._rig_checkpoint(self.epoch, done, "stop")
-            self.rig_stop_saved = True
+            self.rig_stop.saved = True
 
         def _rig_checkpoint(self, epoch: int, done: int, why: str) -> None:
             """Rank 0: last.pt, to continue at batch `done` of `epoch`."""
             started = time.monotonic()
             tloss = self.tloss if done else None
-            ckpt = resumable.checkpoint(self, epoch, done, self.rig_last_opt_step, tloss)
+            ckpt = resumable.checkpoint(self, epoch, done, self.rig_steps.last_step, tloss)
             rank.save(ckpt, [self.last])
-            self.rig_last_save = time.monotonic()
+            took = self.rig_saves.saved() - started
             where = resumable.Position(epoch, done, len(self.train_loader)).describe(self.epochs)
-            _logger.info(
-                "%s: %s continues at %s (%.1f s)", why, self.last, where, self.rig_last_save - started
-            )
+            _logger.info("%s: %s continues at %s (%.1f s)", why, self.last, where, took)
 
         # ---- validation, saves, the end -----------------------------------------------------------
         def validate(self) -> Any:
@@ -335,28 +322,12 @@ def trainer_class(base: type, rank: Rank) -> type:
                 self._rig_stop(stopped.signum, len(self.train_loader))
                 return self.metrics, self.fitness
 
-        @contextlib.contextmanager
-        def _rig_stoppable(self) -> Iterator[None]:
-            """A validation pass the ranks can agree to end between its batches."""
-            validator = self.validator
-            common = {"batches": 0}
-
-            def start(v: Any) -> None:
-                common["batches"] = rank.fewest(self, len(v.dataloader))
-
-            def batch_end(v: Any) -> None:
-                signum = rank.agreed_stop_in_validation(self, int(v.batch_i) + 1, common["batches"])
-                if signum:
-                    raise ValidationStopped(signum)
-
-            kept = {e: list(validator.callbacks.get(e, [])) for e in ("on_val_start", "on_val_batch_end")}
-            validator.add_callback("on_val_start", start)
-            validator.add_callback("on_val_batch_end", batch_end)
-            try:
-                yield
-            finally:
-                for event, callbacks in kept.items():
-                    validator.callbacks[event] = callbacks
+        def _rig_stoppable(self) -> contextlib.AbstractContextManager[None]:
+            return validation.stoppable(
+                self.validator,
+                fewest=lambda count: rank.fewest(self, count),
+                agreed=lambda done, common: rank.agreed_stop_in_validation(self, done, common),
+            )
 
         def final_eval(self) -> Any:
             if self.rig_stopping:
@@ -384,18 +355,17 @@ def trainer_class(base: type, rank: Rank) -> type:
 
         def save_model(self) -> Any:
             if self.rig_stopping:  # written at the stop's batch boundary
-                return self.rig_stop_saved
+                return self.rig_stop.saved
             # The epoch's end: continue at the next epoch's first batch.
             started = time.monotonic()
-            ckpt = resumable.checkpoint(self, self.epoch + 1, 0, self.rig_last_opt_step, None)
+            ckpt = resumable.checkpoint(self, self.epoch + 1, 0, self.rig_steps.last_step, None)
             paths = [self.last]
             if self.best_fitness == self.fitness:
                 paths.append(self.best)
             if self.save_period > 0 and self.epoch % self.save_period == 0:
                 paths.append(self.wdir / f"epoch{self.epoch}.pt")
             rank.save(ckpt, paths)
-            self.rig_last_save = time.monotonic()
-            _logger.debug("epoch %d saved in %.1f s", self.epoch + 1, self.rig_last_save - started)
+            _logger.debug("epoch %d saved in %.1f s", self.epoch + 1, self.rig_saves.saved() - started)
             return True
 
         def resume_training(self, ckpt: dict[str, Any] | None) -> None:
@@ -433,20 +403,6 @@ def _final_eval_skipped(trainer: Any, first: bool, strip: Callable[..., Any]) ->
             trainer.best,
             trainer.best,
         )
-
-
-class _FrozenStopper:
-    """Ultralytics' EarlyStopping as it was before a stop: calling it changes nothing, stops nothing,
-    so the checkpoint keeps the best epoch and fitness of whole epochs."""
-
-    def __init__(self, stopper: Any) -> None:
-        self.rig_stopper = getattr(stopper, "rig_stopper", stopper)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.rig_stopper, name)
-
-    def __call__(self, _epoch: int, _fitness: Any) -> bool:
-        return False
 
 
 def offline_safe_amp_check(check_amp: Callable[[Any], bool]) -> Callable[[Any], bool]:

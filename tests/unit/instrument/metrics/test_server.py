@@ -1,4 +1,4 @@
-"""rig.observe.metrics.server over real sockets: idle and slow clients cost a bounded number of
+"""rig.instrument.metrics.server over real sockets: idle and slow clients cost a bounded number of
 threads for a bounded time; a token is asked for and checked."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from rig.observe.metrics import server
-from rig.observe.metrics.access import Access
+from rig.instrument.metrics import server
+from rig.instrument.metrics.access import Access
 
 from tests.helpers.metrics import free_port
 
@@ -100,7 +100,7 @@ def test_with_a_token_every_request_must_send_it(monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_refused_peer_is_closed_without_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The decision itself is rig.observe.metrics.access's (test_access.py); here, what the server does
+    # The decision itself is rig.instrument.metrics.access's (test_access.py); here, what the server does
     # with a refusal: loopback stands in for another container.
     monkeypatch.setattr(server.access_rules, "may_connect", lambda access, peer: False)
     port = free_port()

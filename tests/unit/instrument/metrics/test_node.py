@@ -1,4 +1,4 @@
-"""rig.observe.metrics.node: the node server over real HTTP, two rank processes writing through
+"""rig.instrument.metrics.node: the node server over real HTTP, two rank processes writing through
 prometheus-client's multiprocess mode, NVML from the fake module; the output parsed with
 prometheus_client.parser and linted by Debian's `promtool check metrics`."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from rig.observe.metrics import config, node
+from rig.instrument.metrics import config, node
 
 from tests.helpers.metrics import free_port, promtool, rank_process, run_ranks, samples, scrape, value
 from tests.scripts.fake_nvml import FakeNvml

@@ -2,7 +2,7 @@
 
 `serve_node` creates the ranks' directory (private, in the temporary directory), hands it to the
 ranks through the environment they inherit, serves the directory's values plus the GPU gauges
-(rig.observe.metrics.server: bounded threads and time, to this host or to a bearer token only), and
+(rig.instrument.metrics.server: bounded threads and time, to this host or to a bearer token only), and
 `close` removes it all. A port that cannot be bound, or a token file gone unreadable since the
 launch checked it, costs one WARNING: the run goes on unobserved.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 from rig import log
 from rig.errors import RigError
-from rig.observe.metrics import access, config, server
-from rig.observe.metrics.gpus import GpuCollector
+from rig.instrument.metrics import access, config, server
+from rig.instrument.metrics.gpus import GpuCollector
 
 LOG = log.get("metrics")
 

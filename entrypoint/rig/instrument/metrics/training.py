@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from rig import log, versions
-from rig.observe.metrics import config
-from rig.observe.metrics.node import serve_node
+from rig.instrument.metrics import config
+from rig.instrument.metrics.node import serve_node
 from rig.yolo import ultra
 
 LOG = log.get("metrics")

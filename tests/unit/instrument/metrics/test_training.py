@@ -1,9 +1,9 @@
-"""rig.observe.metrics.training: the decisions behind the training gauges (progress, ETA, images)."""
+"""rig.instrument.metrics.training: the decisions behind the training gauges (progress, ETA, images)."""
 
 from __future__ import annotations
 
 import pytest
-from rig.observe.metrics import training
+from rig.instrument.metrics import training
 
 
 # ------------------------------------------------------------------------------------ the decisions

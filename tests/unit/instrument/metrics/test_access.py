@@ -1,4 +1,4 @@
-"""rig.observe.metrics.access and the token file (rig.observe.metrics.config): who may read /metrics."""
+"""rig.instrument.metrics.access and the token file (rig.instrument.metrics.config): who may read /metrics."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from rig.errors import RigError
-from rig.observe.metrics import access, config
-from rig.observe.metrics.access import Access
+from rig.instrument.metrics import access, config
+from rig.instrument.metrics.access import Access
 
 HOST_ONLY = Access(None, frozenset({"172.18.0.1", "fd00::1"}))
 TOKEN = "s3cret-token-0123456789"

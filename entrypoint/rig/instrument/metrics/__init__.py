@@ -11,7 +11,7 @@ ranks, reads at each scrape and removes at the end.
 - training: the Ultralytics callbacks each rank publishes through.
 """
 
-from rig.observe.metrics.node import NodeServer, serve_node
-from rig.observe.metrics.training import attach
+from rig.instrument.metrics.node import NodeServer, serve_node
+from rig.instrument.metrics.training import attach
 
 __all__ = ["NodeServer", "attach", "serve_node"]

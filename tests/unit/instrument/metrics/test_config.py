@@ -1,11 +1,11 @@
-"""rig.observe.metrics.config: the metrics contract (endpoint, who serves the node, where ranks publish)
+"""rig.instrument.metrics.config: the metrics contract (endpoint, who serves the node, where ranks publish)
 and where compose and the PyTorchJob publish it."""
 
 from __future__ import annotations
 
 import pytest
 from rig.errors import RigError
-from rig.observe.metrics import config
+from rig.instrument.metrics import config
 
 
 # ------------------------------------------------------------------------------------- the contract

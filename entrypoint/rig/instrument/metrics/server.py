@@ -4,7 +4,7 @@ prometheus-client's own server starts a thread for every connection and waits on
 300 idle connections that never finished a request held 300 threads (and the container's pids)
 until the run ended. Here at most SLOTS connections are served at once, each within REQUEST_S of
 its accept, however slowly its bytes come; a connection beyond the slots, or from a peer that
-rig.observe.metrics.access refuses, is closed at once, before any thread or read. Requests are not
+rig.instrument.metrics.access refuses, is closed at once, before any thread or read. Requests are not
 logged (rig's log lines are its own decisions, not a scraper's visits).
 """
 
@@ -20,7 +20,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from rig.observe.metrics import access as access_rules
+from rig.instrument.metrics import access as access_rules
 
 SLOTS = 8  # connections served at once: a scrape takes milliseconds
 REQUEST_S = 10.0  # from accept to the last byte of the answer; Prometheus' default scrape timeout

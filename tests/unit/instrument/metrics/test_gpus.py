@@ -1,4 +1,4 @@
-"""rig.observe.metrics.gpus: dcgm-exporter's names, units and labels from NVML (the fake module)."""
+"""rig.instrument.metrics.gpus: dcgm-exporter's names, units and labels from NVML (the fake module)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import pytest
-from rig.observe.metrics import gpus
+from rig.instrument.metrics import gpus
 
 from tests.helpers.metrics import A100, H200, promtool, samples
 from tests.scripts.fake_nvml import FakeNvml

@@ -18,7 +18,7 @@ NODE_ENV = "RIG_METRICS_NODE"
 # prometheus-client's own: where each process of the node writes its values (multiprocess mode).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 DIR_ENV = "RIG_METRICS_DIR"  # the same directory, set only by a server that is up
-# A file holding the bearer token every request must send (rig.observe.metrics.access); unset: the
+# A file holding the bearer token every request must send (rig.instrument.metrics.access); unset: the
 # server answers this host only.
 TOKEN_FILE_ENV = "RIG_METRICS_TOKEN_FILE"
 MIN_TOKEN_CHARS = 16  # as the Jupyter token
