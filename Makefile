@@ -26,6 +26,10 @@ SOURCE_URL ?= $(shell git config --get remote.origin.url 2>/dev/null)
 # Where a pushed image goes: host[:port][/path] (`make push`).
 REGISTRY ?=
 PYTEST_ARGS ?= --durations=30
+# Processes make test and make test-unit spread the tests over (pytest-xdist), each test file whole
+# in one of them so its fixtures are made once; 0: all in pytest's own process.
+PYTEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # Pretrained weights to bake into the image's `weights` volume, e.g. "yolo11n.pt yolo26n.pt"
 # (downloaded at build time from Ultralytics' GitHub releases). Empty: nothing is downloaded.
 RIG_WEIGHTS ?=
@@ -51,6 +55,9 @@ image_has_tag = $(or $(findstring @,$(IMAGE)),$(findstring :,$(lastword $(subst 
 REF = $(if $(image_has_tag),$(IMAGE),$(IMAGE):$(TAG))
 IMAGE_NAME = $(if $(image_has_tag),$(firstword $(subst @, ,$(patsubst %:$(lastword $(subst :, ,$(IMAGE))),%,$(IMAGE)))),$(IMAGE))
 PUBLISHED = $(findstring /,$(IMAGE))
+# What `make up` runs, named so it can be checked: the registry digest (a pulled image; an image
+# built here has only its ID) and the revision it was built from.
+IMAGE_LINE = INFO image: $(REF) {{if .RepoDigests}}{{index .RepoDigests 0}}{{else}}{{.Id}} (built here, no registry digest){{end}}, revision {{index .Config.Labels "org.opencontainers.image.revision"}}
 # What compose does with a missing image, as make does: pull a published one, never a local name
 # (make builds it). PULL_POLICY=always on the command line refreshes a moving tag.
 PULL_POLICY = $(if $(PUBLISHED),missing,never)
@@ -128,16 +135,16 @@ lint: venv ## ruff, mypy on entrypoint/, hadolint on the Dockerfiles, actionlint
 
 .PHONY: test-unit
 test-unit: venv ## the host tests (tests/unit): seconds, no Docker
-	PYTHONPATH=entrypoint $(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+	PYTHONPATH=entrypoint $(VENV)/bin/pytest $(XDIST) tests/unit $(PYTEST_ARGS)
 
 .PHONY: test
 test: lint build ## lint, build the image, run every CPU test (tests/unit, then tests/image against it)
-	IMAGE=$(REF) PYTHONPATH=entrypoint $(VENV)/bin/pytest -m 'not gpu and not cluster' $(PYTEST_ARGS)
+	IMAGE=$(REF) PYTHONPATH=entrypoint $(VENV)/bin/pytest $(XDIST) -m 'not gpu and not cluster' $(PYTEST_ARGS)
 
 # CI runs `make test` on the default stack, then this on the other: what a stack can break.
 .PHONY: test-stack
 test-stack: venv build ## STACK=cu128: build $(IMAGE):$(TAG), run the tests marked `stack` (versions, offline round trip, compile, workstation)
-	IMAGE=$(REF) PYTHONPATH=entrypoint $(VENV)/bin/pytest -m 'stack and not gpu' $(PYTEST_ARGS)
+	IMAGE=$(REF) PYTHONPATH=entrypoint $(VENV)/bin/pytest $(XDIST) -m 'stack and not gpu' $(PYTEST_ARGS)
 
 # As yolo, never root: root's `docker exec` starts in /workspace, where python imports what a user left.
 .PHONY: shell
@@ -221,6 +228,7 @@ save-settings:
 .PHONY: up
 up: settings $(if $(PUBLISHED),image,build) save-settings ## build (a published IMAGE: pull) if needed, then start the workstation (SSH 2222, JupyterLab 8888), e.g. SSH_PUBLIC_KEY="..." make up
 	$(COMPOSE) up -d --wait
+	@docker image inspect -f '$(IMAGE_LINE)' $(REF)
 	@$(COMPOSE) exec -T workstation cat /run/rig/urls
 	@echo "INFO metrics: http://$$($(COMPOSE) port workstation 9464)/metrics while \`rig train\` runs in this workstation (Prometheus text; this host only)"
 	@echo "Next: \`make demo-data\` then \`make train\` (a generated dataset), or your own:"
@@ -311,6 +319,16 @@ bench: settings | image ## [BENCH_ARGS="--quick --no-amp --compile --imgsz 640 -
 .PHONY: bench-cli
 bench-cli: | image ## start-up of `rig --version`/`--help`/`health` against `python -c pass`, in the image (20 runs each)
 	docker run --rm -i --entrypoint /opt/venv/bin/python $(REF) - --runs 20 < tools/measure_cli.py
+
+# The GPU check for a lent GPU box (tools/gpu_check.sh, docs/architecture.md): the wheels the box lacks,
+# derived from what the check imports and uv.lock's versions; and the same call rehearsed here on the CPU.
+.PHONY: gpu-wheels
+gpu-wheels: venv ## the wheels a lent GPU box lacks for tools/gpu_check.sh (rig's imports, uv.lock's versions), Python 3.12, into .whl/
+	$(VENV)/bin/python tools/gpu_wheels.py --dest .whl --python-version 3.12
+
+.PHONY: gpu-rehearsal
+gpu-rehearsal: venv | image ## tools/gpu_check.sh on the CPU in a container of the image that is the GPU box less its GPU (make test runs it)
+	IMAGE=$(REF) PYTHONPATH=entrypoint $(VENV)/bin/pytest tests/image/test_gpu_rehearsal.py $(PYTEST_ARGS)
 
 # The local Slurm cluster (docker/cluster/): a controller and two compute nodes from a test layer on
 # the image, compose project $(CLUSTER_PROJECT); the tests marked `cluster` run against it.

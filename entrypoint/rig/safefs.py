@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import secrets
 import stat
 import time
@@ -49,6 +50,29 @@ def kind(mode: int) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
     return "a file"
+
+
+def owner_name(uid: int) -> str:
+    """uid 2002 (bob): a file's owner as a line names it."""
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def distrust(st: os.stat_result, uid: int, *, folder: bool) -> str | None:
+    """Why an entry (its lstat or fstat) is not one uid may trust: a link, not the kind wanted, another
+    user's, writable by others (group or world: they could swap what is inside); None when it is."""
+    want = stat.S_ISDIR if folder else stat.S_ISREG
+    if not want(st.st_mode):
+        return f"is {kind(st.st_mode)}, not {'a folder' if folder else 'a regular file'}"
+    if st.st_uid != uid:
+        return f"belongs to {owner_name(st.st_uid)}, not to you ({owner_name(uid)})"
+    if st.st_mode & 0o022:
+        return f"can be written by others (mode {stat.S_IMODE(st.st_mode):04o}); chmod go-w it"
+    if folder and st.st_mode & 0o700 != 0o700:
+        return f"cannot be listed and entered by you (mode {stat.S_IMODE(st.st_mode):04o}); chmod u+rwx it"
+    return None
 
 
 def not_regular(path: str | Path) -> str | None:

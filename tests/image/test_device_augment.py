@@ -1,7 +1,7 @@
 """Mosaic, the affine warp, colour and layout on the device (rig.yolo.device_augment) in the image, on
 CPU tensors: the same pixels as Ultralytics' Mosaic + RandomPerspective (OpenCV) + RandomHSV + Format,
 the same labels and RNG draws, and `rig train` using it by default and saying so once.
-tools/gpu_check_augment.sh runs the same probes on CUDA.
+tools/gpu_check.sh runs the same probes on CUDA.
 
 Small generated datasets (24 images of 200x120 px, imgsz 160) keep each test to one container.
 """

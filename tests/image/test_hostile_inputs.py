@@ -45,6 +45,8 @@ TRAIN = (
     "rig train device=cpu model=yolo11n.yaml imgsz=64 batch=4 epochs=1 workers=0 plots=False "
     "project=/tmp/runs exist_ok=True"
 )
+# Root trains in a project of its own: rig never writes into yolo's (/tmp/runs is yolo's by then).
+TRAIN_AS_ROOT = TRAIN.replace("project=/tmp/runs", "project=/tmp/root-runs")
 DEMO = "rig demo-data {dir} --train 8 --val 2 --imgsz 64 >/dev/null"
 
 
@@ -130,7 +132,7 @@ CASE fifo-run 600 $AS_YOLO {TRAIN} data=/tmp/d/data.yaml cache=ram name=fifo
 # it neither maps yolo's pixels nor creates the link's target.
 $AS_YOLO bash -c "rm -f /cache/images/$key.lock; ln -s /var/lib/rig/created-by-root /cache/images/$key.lock"
 mkdir -p /var/lib/rig
-CASE root 600 {TRAIN} data=/tmp/d/data.yaml cache=ram name=root
+CASE root 600 {TRAIN_AS_ROOT} data=/tmp/d/data.yaml cache=ram name=root
 CASE state-after-root 10 ls -A /var/lib/rig
 CASE lock-after-root 10 readlink /cache/images/$key.lock
 # The build lock held by a process that builds nothing: it hung rig train, silently.

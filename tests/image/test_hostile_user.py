@@ -99,16 +99,20 @@ def test_packages_planted_in_the_workspace_are_never_imported(ws: Workstation, t
     # then as root (RIG_USER=root, what the PyTorchJob manifest sets) in a one-shot container like
     # `make train`'s. None needs to train: each has imported rig, torch and Ultralytics by the time
     # it finds no model file (no GPU here either).
+    # Root trains in a project of its own: it never writes into yolo's runs folder.
     data = "data=/datasets/tiny/data.yaml model=/nowhere/model.yaml epochs=1 imgsz=64 batch=2 workers=0"
-    jobs = (
-        f"rig train device=cpu {data}",
-        f"rig train {topo} --gpus 1 {data}",
-        f"rig launch {topo} -- /bin/true",
-    )
-    for job in jobs:
+
+    def jobs(project: str = "") -> tuple[str, ...]:
+        return (
+            f"rig train device=cpu {data}{project}",
+            f"rig train {topo} --gpus 1 {data}{project}",
+            f"rig launch {topo} -- /bin/true",
+        )
+
+    for job in jobs():
         out = ws.ssh(f"cd /workspace && timeout 150 {job}", timeout=180)
         assert "INFO launch: Executing: " in out.stdout + out.stderr, out.stdout + out.stderr  # got that far
-    for job in jobs:
+    for job in jobs(" project=/tmp/root-runs"):
         run = ws.compose(
             "run", "--rm", "--no-deps", "-e", "RIG_USER=root", "-v", f"{root}:/fake:ro", "workstation",
             "timeout", "150", *job.split(), timeout=240, check=False,

@@ -166,7 +166,8 @@ def test_two_pods_train_together_as_the_operator_starts_them(
         assert f"weights/last.pt at {stop.group(1)}" in log, log[-4000:]  # resume=auto, on both pods
 
     # The run is named after the job (resume=auto finds it again after a restart): each epoch once.
-    rc, out = containers.oneshot(["cat", csv], volumes=binds, timeout=120)
+    # As the pods' user (the manifest's RIG_USER=root): run folders are private to whoever trains.
+    rc, out = containers.oneshot(["cat", csv], volumes=binds, timeout=120, environment={"RIG_USER": "root"})
     assert rc == 0, out
     epochs = [int(float(line.split(",")[0])) for line in out.splitlines()[1:] if line.strip()]
     assert epochs == [1, 2, 3, 4], out

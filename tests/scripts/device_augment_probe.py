@@ -1,5 +1,5 @@
 """Probes of rig.yolo.device_augment, run inside the image by tests/image/test_device_augment.py and
-on a GPU by tools/gpu_check_augment.sh.
+on a GPU by tools/gpu_check.sh (its tail part).
 
   batches DATA DEVICE CACHE WORKERS KERNELS [HYP]
                                      stock training batches against ours finished on DEVICE, same seeds:

@@ -335,7 +335,7 @@ def test_package_modules_on_an_example(tmp_path: Path) -> None:
         "cli.py",
         "launch/__init__.py",
         "launch/job.py",
-        "observe/metrics/__init__.py",
+        "instrument/metrics/__init__.py",
     ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
@@ -344,7 +344,7 @@ def test_package_modules_on_an_example(tmp_path: Path) -> None:
         "cli.py",
         "launch/",
         "launch/job.py",
-        "observe/metrics/",
+        "instrument/metrics/",
     }
 
 

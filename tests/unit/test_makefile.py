@@ -298,3 +298,13 @@ def test_the_user_targets_need_no_python_on_the_host(make: Make, argv: list[str]
     commands = make.commands(*argv, "CPU_ONLY=yes")
     assert make.pythons() == []
     assert commands and not [c for c in commands if re.search(r"\bpython", c)], commands
+
+
+def test_make_up_of_a_pinned_digest_pulls_it_and_names_its_digest_and_revision(make: Make) -> None:
+    image = "127.0.0.1:5000/yolo-rig@sha256:" + "b" * 64
+    result = make("up", f"IMAGE={image}", "CPU_ONLY=yes", env={"STUB_IMAGE_MISSING": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    calls = make.calls()
+    assert f"docker pull {image}" in calls, calls
+    (line,) = [c for c in calls if "INFO image:" in c]
+    assert line.endswith(f" {image}") and "RepoDigests" in line and "image.revision" in line, line

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,22 +27,27 @@ exit "$STUB_RC"
 """
 SCANCEL = '#!/bin/sh\necho "$@" >> "$STUB_DIR/scancel"\ntouch "$STUB_DIR/term"\n'
 SCONTROL = '#!/bin/sh\necho "$@" >> "$STUB_DIR/scontrol"\n'
+SRUN_RECORDS = '#!/bin/sh\ncase "$*" in *mkdir*) exit 0 ;; esac\necho "$@" > "$STUB_DIR/srun"\n'
+
+
+def _stub_env(tmp_path: Path, stubs: dict[str, str], **env: str) -> dict[str, str]:
+    """The environment the sbatch runs in here: Slurm's commands as the stubs given, first on PATH."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name, body in stubs.items():
+        (folder / name).write_text(body)
+        (folder / name).chmod(0o755)
+    return {"PATH": f"{folder}:{os.environ['PATH']}", "STUB_DIR": str(tmp_path), "HOME": str(tmp_path), **env}
 
 
 def _run(tmp_path: Path, rc: int, warn: bool) -> tuple[int, str, Path]:
-    stubs = tmp_path / "bin"
-    stubs.mkdir()
-    for name, body in (("srun", SRUN), ("scancel", SCANCEL), ("scontrol", SCONTROL)):
-        (stubs / name).write_text(body)
-        (stubs / name).chmod(0o755)
-    env = {
-        "PATH": f"{stubs}:{os.environ['PATH']}",
-        "STUB_DIR": str(tmp_path),
-        "STUB_RC": str(rc),
-        "SLURM_JOB_ID": "77",
-        "USER": "someone",
-        "HOME": str(tmp_path),
-    }
+    env = _stub_env(
+        tmp_path,
+        {"srun": SRUN, "scancel": SCANCEL, "scontrol": SCONTROL},
+        STUB_RC=str(rc),
+        SLURM_JOB_ID="77",
+        USER="someone",
+    )
     script = subprocess.Popen(
         ["bash", str(REPO / "deploy/slurm.sbatch")],
         cwd=tmp_path,
@@ -82,3 +90,68 @@ def test_the_time_limit_never_requeues_a_crash(tmp_path: Path, rc: int) -> None:
 def test_a_stop_by_hand_is_not_requeued(tmp_path: Path) -> None:
     code, out, stub = _run(tmp_path, 143, warn=False)
     assert code == 143 and not (stub / "scontrol").exists(), out
+
+
+# srun that runs the per-node folder check (its first argument is --ntasks-per-node=1), nothing else.
+OWN_SRUN = '#!/bin/sh\ncase "$*" in *mkdir*) shift; exec "$@" ;; esac\nexit 0\n'
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda p: (p.mkdir(), os.chown(p, 2002, 2002)), "belongs to uid 2002, not to you (uid 0)"),
+        (lambda p: (p.mkdir(), os.chmod(p, 0o777)), "can be written by others (mode 777)"),
+        (lambda p: p.symlink_to("/tmp"), "is not a folder (a link or a file)"),
+        (None, None),  # missing: made, private
+    ],
+)
+def test_a_cache_folder_someone_else_controls_is_one_line(
+    tmp_path: Path, make: Any, says: str | None
+) -> None:
+    out, cache = _own_folders(tmp_path, make, "CACHE")
+    if says is None:
+        assert out.returncode == 0 and stat.S_IMODE(cache.stat().st_mode) == 0o700, out.stderr
+        return
+    errors = [line for line in out.stderr.splitlines() if line.startswith("ERROR")]
+    assert out.returncode == 1 and len(errors) == 1 and says in errors[0], out.stderr
+
+
+def test_a_runs_folder_of_another_user_is_one_line_a_sticky_one_of_roots_is_shared(tmp_path: Path) -> None:
+    out, _ = _own_folders(tmp_path, lambda p: (p.mkdir(), os.chown(p, 2002, 2002)), "RUNS")
+    assert out.returncode == 1 and "belongs to uid 2002" in out.stderr, out.stderr
+    out, _ = _own_folders(tmp_path, lambda p: (p.mkdir(), os.chown(p, 0, 0), os.chmod(p, 0o1777)), "RUNS")
+    assert out.returncode == 0, out.stderr
+
+
+def _own_folders(tmp_path: Path, make: Any, variable: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The sbatch run with `variable` (CACHE or RUNS) at a folder `make` prepares (None: nothing there)."""
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
+    folder = tmp_path / "scratch" / "folder"
+    folder.parent.mkdir()
+    if make is not None:
+        make(folder)
+    env = _stub_env(tmp_path, {"srun": OWN_SRUN}, SLURM_JOB_ID="77", CACHE=str(tmp_path / "cache"))
+    env[variable] = str(folder)
+    out = subprocess.run(
+        ["bash", str(REPO / "deploy/slurm.sbatch")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return out, folder
+
+
+def test_the_default_project_is_the_job_users_own_folder_on_the_shared_runs(tmp_path: Path) -> None:
+    """rig never writes into a project folder another user made first: on a runs folder users share,
+    the sbatch's default project is the job's user's own (SLURM_JOB_USER, as under --export=NONE)."""
+    env = _stub_env(tmp_path, {"srun": SRUN_RECORDS}, SLURM_JOB_ID="78", SLURM_JOB_USER="bob")
+    run = subprocess.run(
+        ["bash", str(REPO / "deploy/slurm.sbatch")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    args = (tmp_path / "srun").read_text().split()
+    assert "project=/workspace/runs/bob" in args, args
+    assert "/local/scratch/bob/yolo-rig-cache:/cache" in " ".join(args), args

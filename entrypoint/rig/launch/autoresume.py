@@ -4,18 +4,29 @@ when it is finished, so a requeued or restarted job trains each epoch exactly on
 The run directory is the one the same command would train in (rig.launch.job), under a scheduler
 named for the job (rig.launch.nodes.job_name), so a restart finds it again. What its `last.pt`
 says is read once (`read_state`); what to do is a pure function of that (`decide`).
+
+Planning never executes a checkpoint: `read_state` opens last.pt only when it passed
+rig.launch.rundir's ownership checks, and reads the few values it needs from the pickle inside
+torch's zip archive with an unpickler that builds inert stand-ins for every class or function the
+pickle names (nothing the file names is ever imported or called) and skips the tensors' storage.
 """
 
 from __future__ import annotations
 
-import importlib
+import io
+import os
+import pickle
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rig.errors import RigError
-from rig.yolo import resumable, ultra
+from rig.launch import rundir
+from rig.yolo import resumable
+
+MAX_PICKLE_BYTES = 256 << 20  # a checkpoint's data.pkl (its tensors are stored apart): a few MiB
 
 
 @dataclass(frozen=True)
@@ -34,21 +45,65 @@ class Decision:
     message: str
 
 
-def _load(path: Path) -> Mapping[str, Any]:
-    torch: Any = importlib.import_module("torch")
-    ultra.load_model_classes()  # the checkpoint pickles Ultralytics' model classes
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+class _Inert:
+    """What any class or function a checkpoint's pickle names becomes: it takes whatever it is given
+    (arguments, state, items) and does nothing."""
+
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> _Inert:
+        return object.__new__(cls)
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, _state: Any) -> None:
+        pass
+
+    def __setitem__(self, _key: Any, _value: Any) -> None:
+        pass
+
+    def append(self, _value: Any) -> None:
+        pass
+
+    def extend(self, _values: Any) -> None:
+        pass
+
+
+class _InertUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        return _Inert
+
+    def persistent_load(self, pid: Any) -> None:
+        return None  # a tensor's storage: not needed to plan
+
+
+def _load(f: IO[bytes]) -> Mapping[str, Any]:
+    """The checkpoint's dictionary, its objects inert (see the module's doc): torch.save's zip archive
+    holds the pickle as <archive>/data.pkl."""
+    with zipfile.ZipFile(f) as z:
+        names = [i for i in z.infolist() if i.filename.count("/") == 1 and i.filename.endswith("/data.pkl")]
+        if not names:
+            raise ValueError("not a torch checkpoint (no data.pkl in its archive)")
+        if names[0].file_size > MAX_PICKLE_BYTES:
+            raise ValueError(f"its data.pkl is larger than {MAX_PICKLE_BYTES >> 20} MiB")
+        data = z.read(names[0])
+    ckpt = _InertUnpickler(io.BytesIO(data)).load()
     if not isinstance(ckpt, Mapping):
         raise TypeError("not a checkpoint dictionary")
     return ckpt
 
 
-def read_state(run_dir: Path, load: Callable[[Path], Mapping[str, Any]] | None = None) -> RunState:
+def read_state(
+    run_dir: Path, load: Callable[[IO[bytes]], Mapping[str, Any]] | None = None, uid: int | None = None
+) -> RunState:
+    """What run_dir's last.pt says; a last.pt (or a folder on its way) that is not the user's own:
+    one line (rig.launch.rundir.open_checkpoint), before a byte of it is read."""
     last = run_dir / "weights" / "last.pt"
-    if not last.is_file():
+    fd = rundir.open_checkpoint(run_dir, uid)
+    if fd is None:
         return RunState(last, exists=False)
     try:
-        ckpt = (load or _load)(last)
+        with os.fdopen(fd, "rb") as f:
+            ckpt = (load or _load)(f)
     except Exception as e:
         raise RigError(
             f"resume=auto: {last} cannot be read ({type(e).__name__}: {e}); move it away to start the run "

@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rig import safefs
+from rig.launch import rundir
 
 
 def _file_mode() -> int:
-    """What write_bytes would give a new file: 0o666 less the umask."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
+    """Private (0600), or readable by RIG_SHARE_GROUP (0640): never by every user of shared storage."""
+    return rundir.file_mode()
 
 
 def remove_leftovers(folder: Path) -> list[str]:

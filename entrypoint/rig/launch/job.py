@@ -20,8 +20,8 @@ from rig import log, rankenv, safepython
 from rig.errors import RigError
 from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.topology import Topology, read_topology
+from rig.instrument.metrics import config as metrics_config
 from rig.launch import binding, ddp, gpuenv, nodes
-from rig.observe.metrics import config as metrics_config
 
 _logger = log.get("launch")
 

@@ -23,6 +23,7 @@ import hostlist  # type: ignore[import-untyped]
 from rig.errors import RigError
 
 DEFAULT_PORT = 29500
+MAX_PORT = 65535
 # enroot's PyTorch hook (50-slurm-pytorch.sh): 61000 + job id mod 4536, ports 61000-65535, above
 # Linux's ephemeral range (32768-60999), so no outgoing connection of the node holds one.
 SLURM_PORT_BASE = 61000
@@ -39,14 +40,17 @@ class NodeSpec:
     source: str  # rig, kubeflow, slurm or single
 
 
-def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
+def _int(environ: Mapping[str, str], name: str, minimum: int, maximum: int | None = None) -> int:
     raw = environ[name]
+    span = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
     try:
         value = int(raw)
     except ValueError:
-        raise RigError(f"{name}={raw!r} is not a number; set it to an integer >= {minimum}") from None
+        raise RigError(f"{name}={raw!r} is not a number; set it to an integer {span}") from None
     if value < minimum:
-        raise RigError(f"{name}={value} is too small; set it to an integer >= {minimum}")
+        raise RigError(f"{name}={value} is too small; set it to an integer {span}")
+    if maximum is not None and value > maximum:
+        raise RigError(f"{name}={value} is too large; set it to an integer {span}")
     return value
 
 
@@ -93,7 +97,7 @@ def _slurm(env: Mapping[str, str], port: int) -> tuple[int, int, str | None, int
 
 def node_spec(environ: Mapping[str, str]) -> NodeSpec:
     env = environ
-    port = _int(env, "MASTER_PORT", 1) if env.get("MASTER_PORT") else DEFAULT_PORT
+    port = _int(env, "MASTER_PORT", 1, MAX_PORT) if env.get("MASTER_PORT") else DEFAULT_PORT
     if "NNODES" in env:
         nnodes, rank, source = (
             _int(env, "NNODES", 1),
@@ -117,7 +121,7 @@ def node_spec(environ: Mapping[str, str]) -> NodeSpec:
         rank = _int(env, "PET_NODE_RANK", 0) if "PET_NODE_RANK" in env else _int(env, "RANK", 0)
         addr = env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR")
         if env.get("PET_MASTER_PORT"):
-            port = _int(env, "PET_MASTER_PORT", 1)
+            port = _int(env, "PET_MASTER_PORT", 1, MAX_PORT)
         rdzv = env.get("RDZV_ID") or env.get("JOB_NAME") or "yolo-rig"
     else:
         return NodeSpec(1, 0, None, port, "yolo-rig", "single")

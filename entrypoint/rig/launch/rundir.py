@@ -9,28 +9,42 @@ finds its own again (resume=auto continues it); another job with the same name= 
 launch outside a scheduler has an owner of its own, so it always gets a new folder.
 
 `scan` reads what is there, `choose` decides (pure), `claim` is the one step that writes.
+
+Another user may share the project folder (a cluster's runs folder): a folder is the job's own only
+when its owner file says so and both belong to the running uid, with no one else able to write them
+(`distrust`); a folder or checkpoint that does not pass is never read or written, and one that the
+request names (exist_ok=True, resume=auto, resume=True) is one ERROR line naming it and its owner.
 """
 
 from __future__ import annotations
 
+import contextlib
+import grp
 import os
 import secrets
 import shutil
 import socket
 import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rig import safefs
 from rig.errors import RigError
 
 OWNER_FILE = ".rig-owner"
 MAX_OWNER_BYTES = 4096
+SHARE_GROUP_ENV = "RIG_SHARE_GROUP"  # a group that may read the run folders and checkpoints
+MAX_NAME = 200  # characters of name=: room for Ultralytics' -N and rig's hidden temporary names
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
 class Existing:
     path: Path
     owner: str | None  # None: no owner file (a folder of Ultralytics' own, an older rig's or a user's)
+    problem: str | None = None  # why the folder is not one to trust (another user's, a link...)
 
 
 @dataclass(frozen=True)
@@ -39,43 +53,169 @@ class Choice:
     owned: bool  # the job's own folder, there already: nothing to claim
 
 
-def candidates(project: Path, name: str) -> list[Path]:
-    """name, name-2, name-3...: the names a run called `name` may have, up to the first free one."""
-    out, n = [project / name], 2
-    while out[-1].exists() or out[-1].is_symlink():
-        out.append(project / f"{name}-{n}")
-        n += 1
-    return out
+def check_name(name: str) -> str:
+    """name= as one folder name: no '/', no control characters, of sane length."""
+    how = "give name= a plain folder name (letters, digits, '-', '_', '.')"
+    if not name or name in {".", ".."} or "/" in name or "\0" in name:
+        raise RigError(f"is not one folder name; {how}", option="name", value=name)
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        shown = name.encode("unicode_escape").decode()  # a newline in it must not end the line
+        raise RigError(f"holds control characters; {how}", option="name", value=shown)
+    if len(name) > MAX_NAME or len(name.encode()) > MAX_NAME:
+        raise RigError(f"is longer than {MAX_NAME} characters; {how}", option="name", value=name[:40] + "...")
+    return name
 
 
-def read_owner(path: Path) -> str | None:
-    """The owner file's identity; None without one (or one that is not a small regular file)."""
-    try:
-        fd = os.open(path / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+def share_gid(environ: Mapping[str, str]) -> int | None:
+    """RIG_SHARE_GROUP's group id (a name or a number); None: run folders stay private."""
+    raw = environ.get(SHARE_GROUP_ENV, "").strip()
+    if not raw:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
+        return int(raw) if raw.isdigit() else grp.getgrnam(raw).gr_gid
+    except KeyError:
+        raise RigError(
+            f"{SHARE_GROUP_ENV}={raw!r} is not a group of this system; give a group name or id, or unset it"
+        ) from None
+
+
+def folder_mode(environ: Mapping[str, str] | None = None) -> int:
+    """A run folder's mode: 0700, or 2750 (readable by RIG_SHARE_GROUP, new files in its group)."""
+    return 0o2750 if share_gid(os.environ if environ is None else environ) is not None else 0o700
+
+
+def file_mode(environ: Mapping[str, str] | None = None) -> int:
+    """A checkpoint's (and owner file's) mode: 0600, or 0640 with RIG_SHARE_GROUP."""
+    return 0o640 if share_gid(os.environ if environ is None else environ) is not None else 0o600
+
+
+def _distrusted(path: Path, problem: str) -> RigError:
+    return RigError(
+        f"{path} {problem}: rig uses only run folders and checkpoints of your own that no one else "
+        "can write; move it away or give another project= or name="
+    )
+
+
+def _unreadable(project: Path, e: OSError) -> RigError:
+    return RigError(f"project folder {project} cannot be read ({e.strerror or e}); give project= another")
+
+
+def check_project(project: Path, uid: int | None = None) -> None:
+    """A project folder rig may write into: the user's own (or root's), that no one else can write
+    or, in a shared folder with the sticky bit (/tmp, a cluster's 1777 runs folder), the user's own.
+    Its parent must not let others rename it away either. Nothing there yet: fine (claim makes it)."""
+    uid = os.geteuid() if uid is None else uid
+    try:
+        st = os.stat(project)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise RigError(
+            f"project folder {project} cannot be read ({e.strerror or e}); give project= another"
+        ) from None
+    problem = None
+    if not stat.S_ISDIR(st.st_mode):
+        problem = f"is {safefs.kind(st.st_mode)}, not a folder"
+    elif st.st_uid not in {uid, 0}:
+        problem = f"belongs to {safefs.owner_name(st.st_uid)}, not to you ({safefs.owner_name(uid)})"
+    elif st.st_mode & 0o022 and not (st.st_uid == 0 and st.st_mode & stat.S_ISVTX):
+        problem = f"can be written by others (mode {stat.S_IMODE(st.st_mode):04o}); chmod go-w it"
+    else:
+        with contextlib.suppress(OSError):
+            parent = project.resolve().parent
+            up = os.stat(parent)
+            if up.st_mode & 0o022 and not up.st_mode & stat.S_ISVTX and up.st_uid != uid:
+                problem = f"sits in {parent}, which others can write (mode {stat.S_IMODE(up.st_mode):04o})"
+    if problem:
+        raise RigError(
+            f"project folder {project} {problem}: rig never writes into a folder another user controls; "
+            "give project= a folder of your own"
+        )
+
+
+@contextlib.contextmanager
+def _opened(path: Path, dir_fd: int | None = None, name: str | None = None) -> Iterator[int]:
+    fd = os.open(name if name is not None else path, _OPEN_DIR, dir_fd=dir_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _owner_of(folder: int, path: Path, uid: int) -> tuple[str | None, str | None]:
+    """The owner file of an open, trusted run folder: (its identity, None) or (None, why not trusted)."""
+    try:
+        fd = os.open(OWNER_FILE, _OPEN_FILE, dir_fd=folder)
+    except FileNotFoundError:
+        return None, None
+    except OSError:
+        return None, f"{path / OWNER_FILE} is {safefs.describe(OWNER_FILE, folder)}, not a regular file"
+    try:
+        problem = safefs.distrust(os.fstat(fd), uid, folder=False)
+        if problem:
+            return None, f"{path / OWNER_FILE} {problem}"
         text = os.read(fd, MAX_OWNER_BYTES).decode(errors="replace").strip()
     finally:
         os.close(fd)
-    return text or None
+    return text or None, None
 
 
-def scan(project: Path, name: str) -> list[Existing]:
-    """The run's existing folders in Ultralytics' order, with their owners."""
-    return [Existing(p, read_owner(p)) for p in candidates(project, name)[:-1]]
+def _inspect(project_fd: int, path: Path, uid: int) -> Existing | None:
+    """The entry at path (a name in the open project folder), never followed; None: nothing there."""
+    try:
+        st = os.stat(path.name, dir_fd=project_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    problem = safefs.distrust(st, uid, folder=True)
+    if problem:
+        return Existing(path, None, f"{path} {problem}")
+    try:
+        with _opened(path, project_fd, path.name) as fd:
+            if (st2 := os.fstat(fd)).st_ino != st.st_ino or (
+                problem := safefs.distrust(st2, uid, folder=True)
+            ):
+                return Existing(path, None, f"{path} {problem or 'changed while it was read'}")
+            owner, problem = _owner_of(fd, path, uid)
+    except OSError as e:
+        return Existing(path, None, f"{path} cannot be opened ({e.strerror or e})")
+    return Existing(path, owner, problem)
+
+
+def scan(project: Path, name: str, uid: int | None = None) -> list[Existing]:
+    """The run's existing folders in Ultralytics' order, with their owners, each looked at without
+    following a link; another user's (or a link, a file) is there, never trusted."""
+    uid = os.geteuid() if uid is None else uid
+    try:
+        project_fd = os.open(project, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise RigError(
+            f"project folder {project} cannot be read ({e.strerror or e}); give project= another"
+        ) from None
+    out: list[Existing] = []
+    try:
+        n = 1
+        while (found := _inspect(project_fd, project / (name if n == 1 else f"{name}-{n}"), uid)) is not None:
+            out.append(found)
+            n += 1
+    finally:
+        os.close(project_fd)
+    return out
+
+
+def read_owner(path: Path, uid: int | None = None) -> str | None:
+    """The owner file's identity of the run folder at path; None without one, or when the folder or
+    the file is not the running user's alone."""
+    found = scan(path.parent, path.name, uid)
+    return found[0].owner if found and found[0].problem is None else None
 
 
 def owns(existing: Existing, identity: str | None) -> bool:
-    """Whether the job `identity` owns the folder: its owner file says so, or (a run of an older rig,
-    which wrote none) it bears the job's default name, train-<job>."""
-    if identity is None:
-        return False
-    return existing.owner == identity or (
-        existing.owner is None and existing.path.name == f"train-{identity}"
-    )
+    """Whether the job `identity` owns the folder: its owner file says so, and both are the running
+    user's alone. A folder without an owner file is never adopted (another user can name one for any
+    job: Slurm's job ids are sequential)."""
+    return identity is not None and existing.problem is None and existing.owner == identity
 
 
 def choose(project: Path, name: str, existing: list[Existing], identity: str | None) -> Choice:
@@ -84,6 +224,83 @@ def choose(project: Path, name: str, existing: list[Existing], identity: str | N
     if own is not None:
         return Choice(own.path, owned=True)
     return Choice(project / (name if not existing else f"{name}-{len(existing) + 1}"), owned=False)
+
+
+def check_run_dir(path: Path, uid: int | None = None) -> None:
+    """A run folder used as it is (exist_ok=True, resume=auto outside a job): nothing there, or the
+    user's own folder (its `weights` too), that no one else can write; else one line."""
+    uid = os.geteuid() if uid is None else uid
+    found = scan(path.parent, path.name, uid)[:1]
+    if found and found[0].problem:
+        raise _distrusted(path, found[0].problem.removeprefix(f"{path} "))
+    if found:
+        open_checkpoint(path, uid, None)
+
+
+def open_checkpoint(run_dir: Path, uid: int | None = None, name: str | None = "last.pt") -> int | None:
+    """A descriptor of run_dir/weights/NAME, walked from the run folder without following a link, each
+    step the user's own that no one else can write; None when it is not there. name None: only the
+    folders checked. A step that does not pass: one line naming it and its owner."""
+    uid = os.geteuid() if uid is None else uid
+    try:
+        with _opened(run_dir) as run_fd:
+            if problem := safefs.distrust(os.fstat(run_fd), uid, folder=True):
+                raise _distrusted(run_dir, problem)
+            weights = run_dir / "weights"
+            try:
+                st = os.stat("weights", dir_fd=run_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            if problem := safefs.distrust(st, uid, folder=True):
+                raise _distrusted(weights, problem)
+            with _opened(weights, run_fd, "weights") as wfd:
+                if name is None:
+                    return None
+                try:
+                    fd = os.open(name, _OPEN_FILE, dir_fd=wfd)
+                except FileNotFoundError:
+                    return None
+                except OSError:
+                    raise _distrusted(weights / name, f"is {safefs.describe(name, wfd)}") from None
+                if problem := safefs.distrust(os.fstat(fd), uid, folder=False):
+                    os.close(fd)
+                    raise _distrusted(weights / name, problem)
+                os.set_blocking(fd, True)
+                return fd
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # a link at the run folder (ELOOP), a file there (ENOTDIR), mode 000 (EACCES)
+        what = safefs.not_regular(run_dir)
+        raise _distrusted(
+            run_dir, f"cannot be opened as a folder ({e.strerror or e}; it is {what})"
+        ) from None
+
+
+def checkpoint_problem(path: Path, uid: int | None = None) -> str | None:
+    """Why the checkpoint at path (resume=True model=PATH) is not one to load: it, or its folder, is
+    a link, another user's, or writable by others; or others may rename the folder above. None: fine."""
+    uid = os.geteuid() if uid is None else uid
+    try:
+        for entry, folder in ((path, False), (path.parent, True)):
+            if problem := safefs.distrust(os.lstat(entry), uid, folder=folder):
+                return f"{entry} {problem}"
+        up = os.stat(path.parent.parent)
+    except OSError as e:
+        return f"{path} cannot be read ({e.strerror or e})"
+    if up.st_mode & 0o022 and not up.st_mode & stat.S_ISVTX and up.st_uid != uid:
+        return f"{path.parent.parent} can be written by others (mode {stat.S_IMODE(up.st_mode):04o})"
+    return None
+
+
+def own_checkpoints(runs_dir: Path, pattern: str = "last*.pt", uid: int | None = None) -> Iterator[Path]:
+    """The checkpoints under runs_dir that pass checkpoint_problem: the user's own runs, links never
+    followed (resume=True without model=)."""
+    uid = os.geteuid() if uid is None else uid
+    for folder, _dirs, files in os.walk(runs_dir, followlinks=False):
+        for f in files:
+            path = Path(folder) / f
+            if path.match(pattern) and checkpoint_problem(path, uid) is None:
+                yield path
 
 
 def default_name(job: str | None) -> str:
@@ -96,15 +313,19 @@ def launch_owner() -> str:
     return f"launch-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
-def _create(path: Path, owner: str) -> bool:
+def _create(path: Path, owner: str, environ: Mapping[str, str]) -> bool:
     """path made with its owner file inside, at once (rename of a hidden, complete folder); False
-    when the name is taken."""
+    when the name is taken. Private (0700) unless RIG_SHARE_GROUP shares it."""
     tmp = path.parent / f".{path.name}.rig-{secrets.token_hex(6)}"
-    tmp.mkdir()
+    tmp.mkdir(mode=0o700)
     try:
-        fd = os.open(tmp / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w") as f:
-            f.write(owner + "\n")
+        gid = share_gid(environ)
+        with _opened(tmp) as dfd:
+            if gid is not None:
+                os.fchown(dfd, -1, gid)
+            os.fchmod(dfd, folder_mode(environ))
+            safefs.write_atomic(OWNER_FILE, (owner + "\n").encode(), dfd, file_mode(environ))
+            _make_weights(dfd, environ)
         # rename(2) replaces an empty folder: never one that is there (a user's empty `train`).
         if path.exists() or path.is_symlink():
             return False
@@ -120,18 +341,47 @@ def _create(path: Path, owner: str) -> bool:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def claim(project: Path, name: str, identity: str | None) -> Path:
+def _make_weights(run_fd: int, environ: Mapping[str, str]) -> None:
+    """weights/ made by rig with the run folder's mode: Ultralytics' own mkdir follows the umask (a
+    group-writable folder under umask 002, where the group could swap a checkpoint)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir("weights", 0o700, dir_fd=run_fd)
+        with _opened(Path("weights"), run_fd, "weights") as wfd:
+            os.fchmod(wfd, folder_mode(environ))
+
+
+def make_run_dir(path: Path, environ: Mapping[str, str] | None = None) -> None:
+    """A run folder used as it is (checked by check_run_dir), made when missing as claim makes one
+    (private, or RIG_SHARE_GROUP's), its weights/ too; nothing of what is there changed."""
+    env = os.environ if environ is None else environ
+    check_project(path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+        gid = share_gid(env)
+        with _opened(path) as dfd:
+            if gid is not None:
+                os.fchown(dfd, -1, gid)
+            os.fchmod(dfd, folder_mode(env))
+    check_run_dir(path)
+    with _opened(path) as dfd:
+        _make_weights(dfd, env)
+
+
+def claim(project: Path, name: str, identity: str | None, environ: Mapping[str, str] | None = None) -> Path:
     """The job's folder: its own if a node (or its run before a requeue) made it, else the first
     free name, made with the job's owner file (a launch outside any job: an owner of its own)."""
+    env = os.environ if environ is None else environ
     owner = identity or launch_owner()
     path = project / name
     try:
         project.mkdir(parents=True, exist_ok=True)
+        check_project(project)  # made by someone else meanwhile: never written into
         while True:
             choice = choose(project, name, scan(project, name), identity)
             path = choice.path
             # Taken meanwhile (a peer node of the job, another launch): the next scan sees it.
-            if choice.owned or _create(path, owner):
+            if choice.owned or _create(path, owner, env):
                 return path
     except OSError as e:
         raise RigError(

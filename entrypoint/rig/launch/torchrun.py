@@ -17,7 +17,7 @@ a rank still finishing a long batch or a validation pass loses its epoch. Here:
   torchrun itself did not get (another node's), it exits their 128 + signal, in one line. A rank
   that crashed during the stop, or was still running at the deadline, is never a clean stop: exit 1
   or 137, and an ERROR line naming it, so no scheduler requeues a crash as if it had been stopped;
-- for `rig train` it serves the node's /metrics (rig.observe.metrics) while its ranks run.
+- for `rig train` it serves the node's /metrics (rig.instrument.metrics) while its ranks run.
 
 The store: torch's TCPStore listens on every interface whatever host it is given, so any container
 on the network could read and write the job's keys. Here node 0's store listens on its master
@@ -44,8 +44,8 @@ from typing import Any
 
 from rig import log
 from rig.errors import RigError
+from rig.instrument import metrics
 from rig.launch import ddp
-from rig.observe import metrics
 
 _logger = log.get("torchrun")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

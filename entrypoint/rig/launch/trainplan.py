@@ -176,20 +176,38 @@ class Run:
 
 
 def newest_last(runs_dir: Path) -> Path | None:
-    """The newest last*.pt under runs_dir."""
-    found = sorted(runs_dir.glob("**/last*.pt"), key=os.path.getctime)
+    """The newest last*.pt of the user's own runs under runs_dir (rig.launch.rundir.own_checkpoints:
+    another user's, or one another user could have changed, is never a candidate)."""
+    found = sorted(rundir.own_checkpoints(runs_dir), key=os.path.getctime)
     return found[-1] if found else None
+
+
+def check_resumed(args: Mapping[str, str], uid: int | None = None) -> None:
+    """resume=True model=PATH: the checkpoint the trainer will unpickle is the user's own, that no one
+    else could have changed (rig.launch.rundir.checkpoint_problem); else one line, before it is read."""
+    model = args.get("model", "")
+    resumed = trainargs.resume_of(args) is True and model.endswith(".pt")
+    if resumed and (problem := rundir.checkpoint_problem(Path(model), uid)):
+        raise RigError(
+            f"{problem}: rig resumes only a checkpoint of your own that no one else can write; "
+            "copy it into a folder of yours (chmod go-w) and resume that"
+        )
 
 
 def discover_run(args: Mapping[str, str], node: Node) -> Run:
     """The run's folders and, for resume=auto, the state of the one it would continue: the job's own
     (a scheduler's job), or project/name (outside one); the dataset's size."""
     where = trainargs.locate(args, runs_dir=node.runs_dir, default_name=node.default_name, found=node.found)
+    rundir.check_name(where.name)
+    rundir.check_project(where.project)
+    check_resumed(args)
     existing = rundir.scan(where.project, where.name)
     state = None
     if where.auto_resume:
         folder = _folder(where, existing, node.identity, auto=True)
-        state = autoresume.read_state(folder.path) if folder.path.exists() else None
+        state = autoresume.read_state(folder.path)
+    elif args.get("exist_ok", "").strip().lower() == "true" and trainargs.resume_of(args) is False:
+        rundir.check_run_dir(where.project / where.name)
     return Run(
         located=where,
         existing=existing,
@@ -413,7 +431,10 @@ def reserve_run_dir(plan: Plan) -> Plan:
     """Claim the run's folder (rig.launch.rundir): the one the plan names, or, when another launch
     took that name meanwhile, the next; the nodes of one job all end in the same."""
     run = plan.run
-    if run is None or not run.claim:
+    if run is None:
+        return plan
+    if not run.claim:
+        rundir.make_run_dir(run.path)
         return plan
     path = rundir.claim(run.path.parent, run.name, run.identity)
     if path != run.path:  # another launch took the name between the decision and the claim

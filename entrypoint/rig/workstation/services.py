@@ -98,7 +98,9 @@ def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: str) -> Serv
     else:
         env["JUPYTER_DATA_DIR"] = str(JUPYTER_DATA_DIR)
     stdin = (token + "\n").encode()
-    return ServiceSpec("jupyter", argv, JUPYTER_PORT, env, ids, WORKSPACE, stdin=stdin, listen="0.0.0.0")
+    return ServiceSpec(
+        "jupyter", argv, JUPYTER_PORT, env, ids, WORKSPACE, stdin=stdin, stdin_guarded=True, listen="0.0.0.0"
+    )
 
 
 def tensorboard_spec(environ: Mapping[str, str], ids: users.Ids) -> ServiceSpec:

@@ -19,6 +19,9 @@ class ServiceSpec:
     cwd: Path = Path("/")  # root's: nothing a user leaves in a working folder is picked up
     # Bytes the supervisor hands it through a pipe on its stdin: a secret for it alone, never on disk.
     stdin: bytes | None = field(default=None, repr=False)
+    # stdin written only once the process is its own program, not dumpable and untraced
+    # (rig.workstation.tokengate): for a service that makes itself non-dumpable first.
+    stdin_guarded: bool = False
     # The address the supervisor listens on for it, handing the socket to each start
     # (rig.workstation.handover); None: the service binds its port itself.
     listen: str | None = None

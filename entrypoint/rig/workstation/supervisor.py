@@ -36,7 +36,7 @@ from pathlib import Path
 from types import FrameType
 
 from rig import log, safefs
-from rig.workstation import handover, servicelog, sessions
+from rig.workstation import handover, servicelog, sessions, tokengate
 from rig.workstation.listening import held_by
 from rig.workstation.spec import ServiceSpec
 
@@ -103,6 +103,8 @@ def spawn(
     spec = replace(spec, env={**spec.env, **(env or {})}) if env else spec
     if spec.stdin is None:
         return _popen(spec, subprocess.DEVNULL, pass_fds)
+    if spec.stdin_guarded:
+        return _spawn_guarded(spec, spec.stdin, pass_fds)
     # A pipe holds far more than a secret, so it is written in full before the service reads it. Its
     # inode is root's (0600): another process of the service's user cannot reopen it through /proc.
     read_end, write_end = os.pipe()
@@ -114,6 +116,26 @@ def spawn(
         return _popen(spec, read_end, pass_fds)
     finally:
         os.close(read_end)
+
+
+def _spawn_guarded(spec: ServiceSpec, secret: bytes, pass_fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    """The service started with an empty pipe as stdin; the secret follows once tokengate allows."""
+    read_end, write_end = os.pipe()
+    try:
+        proc = _popen(spec, read_end, pass_fds)
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+
+    def feed() -> None:
+        uid = spec.ids.uid if spec.ids else os.geteuid()
+        if why := tokengate.hand(proc.pid, spec.argv, uid, secret, write_end):
+            log.get(spec.name).warning("not given its token (%s): started again", why)
+
+    threading.Thread(target=feed, name=f"{spec.name}-token", daemon=True).start()
+    return proc
 
 
 def _popen(spec: ServiceSpec, stdin: int, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:

@@ -138,7 +138,8 @@ def test_resume_auto_under_slurm_starts_continues_and_finishes(
     assert args["name"] == "train-slurm-77" and args["exist_ok"] == "True" and "resume" not in args
     assert args["batch"] == "32"  # a fresh run: the default batch over the 2 ranks
 
-    (run / "weights").mkdir(parents=True)
+    assert rundir.claim(tmp_path / "runs", "train-slurm-77", "slurm-77") == run  # what the run claims
+    (run / "weights").mkdir(parents=True, exist_ok=True)  # rig makes it with the run folder
     (run / "weights/last.pt").write_bytes(b"x")
     states = iter([_ckpt(1, done=4), _ckpt(-1, stripped=True)])
     monkeypatch.setattr(autoresume, "_load", lambda _p: next(states))
@@ -163,7 +164,7 @@ def test_resume_auto_with_a_name_continues_the_jobs_own_folder(
     code, err, args = _run(tmp_path, capsys, "name=exp")
     assert code == 0 and f"no last.pt in {runs}/exp: starting the run there" in err
     assert rundir.claim(runs, "exp", "slurm-77") == runs / "exp"  # what job 77's reservation made
-    (runs / "exp/weights").mkdir()
+    (runs / "exp/weights").mkdir(exist_ok=True)
     (runs / "exp/weights/last.pt").write_bytes(b"x")
     monkeypatch.setattr(autoresume, "_load", lambda _p: _ckpt(1, done=4))
     monkeypatch.setenv("SLURM_JOB_ID", "78")

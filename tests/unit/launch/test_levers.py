@@ -113,5 +113,5 @@ def test_sync_bn_with_compile_says_how_many_graph_breaks() -> None:
         "sync_bn=True with compile=max-autotune: what torch 2.9.1+cu128 compiles of SyncBatchNorm was not "
         "measured (torch 2.3 breaks the graph at each SyncBatchNorm layer: 81 graph breaks for this model"
     )
-    assert "does not compile" not in newer and "tools/gpu_check_syncbn_compile.py" in newer
+    assert "does not compile" not in newer and "tools/syncbn_graph_breaks.py" in newer
     assert syncbn.compile_warning(81, False, "2.3.1") is None

@@ -49,10 +49,11 @@ def test_folders_of_no_job_are_never_taken(tmp_path: Path) -> None:
     (tmp_path / "exp-2" / rundir.OWNER_FILE).mkdir()  # an owner "file" that is not one
     assert rundir.claim(tmp_path, "exp", "slurm-42") == tmp_path / "exp-3"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp", "exp-2", "exp-3"]  # no temporary left
-    # A run of an older rig (no owner file) under the job's default name is the job's.
+    # A folder without an owner file is never adopted, not even under the job's default name:
+    # another user can make train-slurm-<next job id> before the job starts.
     (tmp_path / "train-slurm-7").mkdir()
-    assert rundir.claim(tmp_path, "train-slurm-7", "slurm-7") == tmp_path / "train-slurm-7"
-    assert rundir.claim(tmp_path, "train-slurm-7", "slurm-8") == tmp_path / "train-slurm-7-2"
+    assert rundir.claim(tmp_path, "train-slurm-7", "slurm-7") == tmp_path / "train-slurm-7-2"
+    assert rundir.claim(tmp_path, "train-slurm-7", "slurm-8") == tmp_path / "train-slurm-7-3"
 
 
 _RACE = """

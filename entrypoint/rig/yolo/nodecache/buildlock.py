@@ -94,7 +94,7 @@ def open_own(path: Path, flags: int = os.O_RDONLY) -> int:
     FileNotFoundError when there is nothing, Refused for anything else, found without following a
     link and before anything could block on a FIFO."""
     try:
-        fd = os.open(path, flags | _OPEN_FLAGS)
+        fd = os.open(path, flags | _OPEN_FLAGS, 0o600)  # created (O_CREAT): private, whatever the umask
     except FileNotFoundError:
         raise
     except OSError as e:  # ELOOP: a link; EISDIR; ENXIO: a socket; EACCES: someone else's
@@ -114,7 +114,7 @@ def open_own(path: Path, flags: int = os.O_RDONLY) -> int:
 
 
 def open_lock(path: Path) -> int:
-    """KEY.lock opened for flock, created when missing (0644, never through a link); a planted one
+    """KEY.lock opened for flock, created when missing (0600, never through a link); a planted one
     (a link, a FIFO, a folder, someone else's file) is removed and made anew."""
     for _ in range(2):
         try:

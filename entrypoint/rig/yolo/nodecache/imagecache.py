@@ -11,8 +11,9 @@ The file (`KEY.img`, everything little-endian):
            starts and how long it is, the file's size. Written last, so a file without a valid
            header was never finished.
   pixels   each image's bytes, C order, one after the other.
-  index    one RECORD per image (offset, bytes, shape, dtype, original height and width), then the
-           image paths as JSON: a dataset maps its own order onto the file by path.
+  index    one RECORD per image (offset, bytes, shape, dtype, original height and width), then JSON:
+           the key the file was built for and the image paths (a dataset maps its own order onto
+           the file by path). A file whose key is not its name's (renamed, copied) is not used.
 
 Build protocol: an existing valid file is mapped at once. Otherwise the first process takes an
 flock on `KEY.lock`, builds into `KEY.PID.tmp` and renames it to `KEY.img`; the others wait on the
@@ -61,13 +62,14 @@ from multiprocessing.pool import ThreadPool
 from pathlib import Path
 from typing import Any
 
-from rig import flags, log, paths
+from rig import flags, log, paths, safefs
 from rig.errors import RigError
 from rig.hardware import topology
 from rig.yolo.nodecache import buildlock
 
 MAGIC = b"RIGIMG\x00\x01"
-VERSION = 1
+INDEX_KEY_BYTES = 64  # the index's JSON beyond its paths: {"key": "<32 hex>", "paths": [...]}
+VERSION = 2  # 2: the index records the key
 HEADER = struct.Struct("<8sIIQQQQ")  # magic, version, reserved, count, index offset, index size, file size
 DATA_OFFSET = 4096  # pixels start page-aligned
 MAX_NAME_BYTES = 4096  # PATH_MAX: the longest image path an index holds
@@ -192,6 +194,7 @@ class Record:
 class Index:
     records: tuple[Record, ...]
     paths: tuple[str, ...]
+    key: str = ""  # the key it was built for (cache_key)
 
     @property
     def data_bytes(self) -> int:
@@ -204,7 +207,7 @@ def pack_header(count: int, index_offset: int, index_size: int) -> bytes:
 
 def pack_index(index: Index) -> bytes:
     parts = [RECORD.pack(r.offset, r.nbytes, *r.shape, r.dtype.encode(), *r.hw0) for r in index.records]
-    return b"".join(parts) + json.dumps(list(index.paths)).encode()
+    return b"".join(parts) + json.dumps({"key": index.key, "paths": list(index.paths)}).encode()
 
 
 def unpack(header: bytes, index_bytes: Callable[[int, int], bytes], file_size: int) -> Index | None:
@@ -220,7 +223,7 @@ def unpack(header: bytes, index_bytes: Callable[[int, int], bytes], file_size: i
     # What an index of `count` images can need: the records and their names (JSON, escaped at most
     # six bytes a byte). A header that claims more is not ours: reading it would allocate that much
     # in every rank (a 2 GiB sparse file did).
-    if index_size > count * (RECORD.size + 6 * MAX_NAME_BYTES + 4) + 2:
+    if index_size > count * (RECORD.size + 6 * MAX_NAME_BYTES + 4) + 2 + INDEX_KEY_BYTES:
         return None
     raw = index_bytes(index_offset, index_size)
     if len(raw) != index_size:
@@ -233,12 +236,13 @@ def unpack(header: bytes, index_bytes: Callable[[int, int], bytes], file_size: i
             return None
         records.append(Record(off, nbytes, (h, w, c), dtype, (h0, w0)))
     try:
-        names = json.loads(raw[count * RECORD.size :])
+        doc = json.loads(raw[count * RECORD.size :])
     except ValueError:
         return None
-    if not isinstance(names, list) or len(names) != count:
+    names, key = (doc.get("paths"), doc.get("key")) if isinstance(doc, dict) else (None, None)
+    if not isinstance(names, list) or len(names) != count or not isinstance(key, str):
         return None
-    return Index(tuple(records), tuple(str(n) for n in names))
+    return Index(tuple(records), tuple(str(n) for n in names), key)
 
 
 def _fits(nbytes: int, shape: tuple[int, int, int], dtype: str) -> bool:
@@ -388,11 +392,14 @@ def _widen_thread() -> None:
         os.sched_setaffinity(0, topology.container_cpus())  # pid 0: this thread alone
 
 
-def write(path: Path, names: Sequence[str], decode: Callable[[int], Decoded], threads: int) -> Index:
+def write(
+    path: Path, names: Sequence[str], decode: Callable[[int], Decoded], threads: int, key: str = ""
+) -> Index:
     """Decode every image (in `threads` threads, in order) into a new cache file at path, created
     here (never through a link, never over an existing file)."""
     records: list[Record] = []
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)  # the dataset's pixels: the user's alone, whatever the umask
     with os.fdopen(fd, "wb") as f, ThreadPool(max(threads, 1), initializer=_widen_thread) as pool:
         f.write(b"\0" * DATA_OFFSET)  # the header goes here last
         offset = DATA_OFFSET
@@ -402,7 +409,7 @@ def write(path: Path, names: Sequence[str], decode: Callable[[int], Decoded], th
             shape = tuple(im.shape) + (1,) * (3 - len(im.shape))
             records.append(Record(offset, view.nbytes, shape, im.dtype, im.hw0))
             offset += view.nbytes
-        index = Index(tuple(records), tuple(names))
+        index = Index(tuple(records), tuple(names), key)
         raw = pack_index(index)
         f.write(raw)
         f.seek(0)
@@ -474,6 +481,8 @@ def _look(final: Path, names: Sequence[str], wait: buildlock.Wait, built: bool =
             problem = "is not a finished cache file of this format (cut short, or its index is broken)"
         elif sorted(index.paths) != sorted(names):
             problem = "holds other images than this dataset's"
+        elif index.key != final.name.removesuffix(SUFFIX):
+            problem = f"was built for other images or settings (key {index.key[:12]}..., renamed or copied)"
         elif hold(fd, final, wait):
             with contextlib.suppress(OSError):
                 os.utime(fd)  # its use time, for pruning
@@ -506,7 +515,9 @@ def _built(
     at KEY.img and unusable is removed, with one WARNING). None: pruned meanwhile, look again."""
     final = directory / f"{key}{SUFFIX}"
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if problem := safefs.distrust(os.lstat(directory), os.geteuid(), folder=True):
+            raise buildlock.Refused(problem)  # another user's (made first), or one others can write
         lock = buildlock.open_lock(directory / f"{key}.lock")
     except (OSError, buildlock.Refused) as e:
         raise Unavailable(f"{directory} is not usable ({getattr(e, 'strerror', None) or e})") from None
@@ -563,7 +574,7 @@ def _build(
         raise Unavailable(f"the images need {need:.1f} GiB, {directory} has {have:.1f} GiB free")
     tmp = directory / f"{key}.{os.getpid()}.tmp"
     try:
-        write(tmp, names, decode, threads)
+        write(tmp, names, decode, threads, key)
         os.replace(tmp, directory / f"{key}{SUFFIX}")
     except OSError as e:
         with contextlib.suppress(OSError):

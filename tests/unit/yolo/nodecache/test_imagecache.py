@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -469,3 +470,39 @@ def test_a_lock_held_by_a_build_that_grows_is_waited_for(tmp_path: Path) -> None
         holder.join(30)
     assert got.built  # the holder built nothing in the end: built here, after the 2 s it took
     os.close(got.held)
+
+
+def test_cache_files_and_locks_are_private_and_another_users_folder_is_not_used(tmp_path: Path) -> None:
+    old = os.umask(0o002)
+    try:
+        built = obtain(tmp_path / "images")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "images").iterdir()}
+    assert modes == {"k.img": 0o600, "k.lock": 0o600} and built.built
+    assert stat.S_IMODE((tmp_path / "images").stat().st_mode) == 0o700
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 2002, 2002)  # another user made the cache's folder first
+    with pytest.raises(Unavailable, match=r"theirs is not usable \(belongs to uid 2002"):
+        obtain(theirs)
+    os.chown(theirs, 0, 0)
+    os.chmod(theirs, 0o777)
+    with pytest.raises(Unavailable, match=r"not usable \(can be written by others \(mode 0777\)"):
+        obtain(theirs)
+    assert list(theirs.iterdir()) == []
+
+
+def test_a_file_renamed_onto_another_key_is_rebuilt_with_one_warning(
+    tmp_path: Path, records: Records
+) -> None:
+    def bright(i: int) -> Decoded:  # the same images, decoded at another size: another key
+        d = fake_decode(i)
+        return Decoded(bytes([255]) * len(d.data), d.shape, d.dtype, d.hw0)
+
+    small = obtain(tmp_path, key="small")
+    os.replace(small.path, tmp_path / "large.img")  # the 32-px file under the 64-px key
+    got = obtain(tmp_path, key="large", decode=bright)
+    assert got.built and got.index.key == "large"
+    warnings = records.lines(logging.WARNING)
+    assert len(warnings) == 1 and "was built for other images or settings (key small" in warnings[0], warnings
