@@ -192,6 +192,13 @@ def test_the_token_is_new_at_every_start_and_no_session_can_read_or_replace_it(w
     out = looked.stdout.splitlines()
     assert out[:-2] == [], looked.stdout  # no file named, nothing FOUND
     assert out[-2].startswith("PermissionError") and "Permission denied" in out[-1], looked.stdout
+    # A restart of the server alone (yolo kills it): a new token again, and `make up`'s file follows.
+    kill_jupyter(ws)
+    third = ws.token()
+    assert third not in (old, new) and len(third) >= 32
+    authorized = {"Authorization": f"token {third}"}
+    wait_until(lambda: requests.get(status, headers=authorized, timeout=10).status_code == 200, timeout=90)
+    assert requests.get(status, headers={"Authorization": f"token {new}"}, timeout=10).status_code == 403
 
 
 # ---- 4: the stop survives any process name, and scripts get TERM and their grace ------------------

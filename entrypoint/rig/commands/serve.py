@@ -16,15 +16,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rig import log, paths, safefs, userids
+from rig import log, paths, userids
 from rig.errors import RigError
-from rig.workstation import home, serveconfig, services, sessionenv, sshd, users, workspace
+from rig.workstation import home, serveconfig, services, sessionenv, sshd, urls, users, workspace
 from rig.workstation.supervisor import SESSION_GRACE_ENV, Policy, Supervisor, install_signal_handlers
 
 STATE_DIR = paths.STATE  # the `state` volume
 OLD_TOKEN_FILE = STATE_DIR / "jupyter_token"  # where a token was kept for good before
 STATE_FILE = paths.SERVICES_STATE
-URLS_FILE = paths.RUN / "urls"
 STOP_TIMEOUT_ENV = "RIG_STOP_TIMEOUT"  # the services' time between TERM and KILL
 
 _logger = log.get("serve")
@@ -42,16 +41,6 @@ def _seconds(environ: dict[str, str], name: str, default: str, low: float, high:
             f"(`docker stop -t`) must exceed {SESSION_GRACE_ENV} + {STOP_TIMEOUT_ENV}"
         )
     return value
-
-
-def write_soft(path: Path, data: bytes, what: str, mode: int = 0o644) -> bool:
-    """A file the workstation can do without (a full disk must not stop it): False and one WARNING."""
-    try:
-        safefs.write_file(path, data, mode)
-    except OSError as e:
-        _logger.warning("cannot write %s (%s): %s", path, e.strerror or e, what)
-        return False
-    return True
 
 
 def fresh_runtime_dir(path: Path, ids: users.Ids) -> None:
@@ -93,7 +82,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     STATE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
     sessionenv.write(environ)
     home.prepare(ids)  # as yolo, in a child with a deadline: root never acts in the home folder
-    urls: list[str] = []  # how to come in: logged, and written for `make up`
+    ssh_line = None  # how to come in: logged, and written for `make up` (rig.workstation.urls)
     if "sshd" in names:
         sshd.prepare_runtime_dir()
         for print_ in sshd.ensure_host_keys():
@@ -106,7 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         if how:
             port = environ.get("RIG_SSH_PUBLISHED_PORT", str(sshd.PORT))
-            urls.append(f"SSH: ssh -p {port} {users.USER}@HOST ({how})")
+            ssh_line = f"SSH: ssh -p {port} {users.USER}@HOST ({how})"
         else:
             _logger.warning(
                 "SSH: no key and no password, nobody can log in; set SSH_PUBLIC_KEY (or mount "
@@ -116,22 +105,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workspace.prepare(ids)  # as yolo, in a child with a deadline: root never acts in /workspace
     if "jupyter" in names:
         fresh_runtime_dir(services.JUPYTER_RUNTIME_DIR, ids)
-    # Generated at every start: a token that leaked (a session read it) ends with the next restart.
-    token = config.jupyter_token or secrets.token_hex(24)
     OLD_TOKEN_FILE.unlink(missing_ok=True)  # kept for good before: revoked
-    if "jupyter" in names:
-        url = f"http://localhost:{environ.get('RIG_JUPYTER_PUBLISHED_PORT', services.JUPYTER_PORT)}/lab"
-        if config.jupyter_token is None:
-            urls.append(f"JupyterLab: {url}?token={token} (a new token at every start)")
-        else:
-            urls.append(f"JupyterLab: {url} (token: the one you set)")
-    for line in urls:
-        _logger.info("%s", line)
-    # For `make up`: root's, where no kernel writes (the log carries the services' output too).
-    write_soft(URLS_FILE, "".join(f"{line}\n" for line in urls).encode(), "`make up` prints no URLs", 0o600)
+    jupyter_url = f"http://localhost:{environ.get('RIG_JUPYTER_PUBLISHED_PORT', services.JUPYTER_PORT)}/lab"
+    entrances = urls.Entrances(
+        ssh_line, jupyter_url if "jupyter" in names else None, token_set=config.jupyter_token is not None
+    )
+    board = urls.Board(entrances)
+    if "jupyter" not in names:
+        board.publish()
+
+    def jupyter_token() -> str:
+        """Drawn at every start of the server: a token that leaked (a session read it) ends with the
+        next restart of JupyterLab, and the URL logged and in /run/rig/urls follow."""
+        token = config.jupyter_token or secrets.token_hex(24)
+        board.publish(token)
+        return token
 
     specs = services.plan(
-        names, environ, password_login=config.password is not None, ids=ids, jupyter_token=token
+        names, environ, password_login=config.password is not None, ids=ids, jupyter_token=jupyter_token
     )
     policy = Policy(session_grace=session_grace, stop_timeout=stop_timeout)
     supervisor = Supervisor(specs, events=events, policy=policy, state_file=STATE_FILE, session_uid=ids.uid)

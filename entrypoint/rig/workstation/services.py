@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from rig import paths, safepython
 from rig.errors import RigError
@@ -58,10 +58,11 @@ def trusts_home(environ: Mapping[str, str]) -> bool:
     return raw in _YES
 
 
-def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: str) -> ServiceSpec:
-    """JupyterLab; `token` travels on its stdin (rig.workstation.labserver): not in its environment,
-    which every kernel and terminal inherits, not in argv, which every process sees, not on disk.
-    Its port is held by the supervisor (rig.workstation.handover)."""
+def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: Callable[[], str]) -> ServiceSpec:
+    """JupyterLab; `token()`, asked for at every start of the server, travels on its stdin
+    (rig.workstation.labserver): not in its environment, which every kernel and terminal inherits,
+    not in argv, which every process sees, not on disk. Its port is held by the supervisor
+    (rig.workstation.handover)."""
     trusted = trusts_home(environ)
     argv = (
         # `jupyter lab`, minus a slow import (see there); isolated (rig.safepython): nothing in its
@@ -97,7 +98,10 @@ def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: str) -> Serv
         env["JUPYTER_CONFIG_PATH"] = str(userenv.prefix(users.HOME) / "etc/jupyter")
     else:
         env["JUPYTER_DATA_DIR"] = str(JUPYTER_DATA_DIR)
-    stdin = (token + "\n").encode()
+
+    def stdin() -> bytes:
+        return (token() + "\n").encode()
+
     return ServiceSpec(
         "jupyter", argv, JUPYTER_PORT, env, ids, WORKSPACE, stdin=stdin, stdin_guarded=True, listen="0.0.0.0"
     )
@@ -129,8 +133,9 @@ def plan(
     *,
     password_login: bool,
     ids: users.Ids,
-    jupyter_token: str = "",
+    jupyter_token: Callable[[], str],
 ) -> list[ServiceSpec]:
+    """The services `names`; `jupyter_token()` gives JupyterLab its token at each of its starts."""
     builders = {
         "sshd": lambda: sshd_spec(environ, password_login),
         "jupyter": lambda: jupyter_spec(environ, ids, jupyter_token),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,8 +17,9 @@ class ServiceSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     ids: Ids | None = None  # None: stays root (a service that drops privileges itself, like sshd)
     cwd: Path = Path("/")  # root's: nothing a user leaves in a working folder is picked up
-    # Bytes the supervisor hands it through a pipe on its stdin: a secret for it alone, never on disk.
-    stdin: bytes | None = field(default=None, repr=False)
+    # What the supervisor hands it through a pipe on its stdin, asked for at every start: a secret
+    # for it alone, never on disk, that can be new at each start.
+    stdin: Callable[[], bytes] | None = field(default=None, repr=False)
     # stdin written only once the process is its own program, not dumpable and untraced
     # (rig.workstation.tokengate): for a service that makes itself non-dumpable first.
     stdin_guarded: bool = False

@@ -103,14 +103,15 @@ def spawn(
     spec = replace(spec, env={**spec.env, **(env or {})}) if env else spec
     if spec.stdin is None:
         return _popen(spec, subprocess.DEVNULL, pass_fds)
+    secret = spec.stdin()  # at every start: a secret can be new at each
     if spec.stdin_guarded:
-        return _spawn_guarded(spec, spec.stdin, pass_fds)
+        return _spawn_guarded(spec, secret, pass_fds)
     # A pipe holds far more than a secret, so it is written in full before the service reads it. Its
     # inode is root's (0600): another process of the service's user cannot reopen it through /proc.
     read_end, write_end = os.pipe()
     try:
         try:
-            os.write(write_end, spec.stdin)
+            os.write(write_end, secret)
         finally:
             os.close(write_end)
         return _popen(spec, read_end, pass_fds)

@@ -97,9 +97,10 @@ def test_services_selection() -> None:
 def test_jupyter_token_travels_on_stdin_not_the_environment_argv_or_a_config() -> None:
     environ = {"PATH": "/opt/venv/bin", "SSH_PASSWORD": "hunter22", "JUPYTER_TOKEN": "t" * 20}
     environ |= {"JUPYTER_TOKEN_FILE": "/run/secrets/t", "SSH_PASSWORD_FILE": "/run/secrets/p"}
-    spec = services.jupyter_spec(environ, CURRENT, "s" * 20)
+    spec = services.jupyter_spec(environ, CURRENT, lambda: "s" * 20)
     assert not any("s" * 20 in arg for arg in spec.argv) and "s" * 20 not in repr(spec)
-    assert spec.stdin == b"s" * 20 + b"\n" and not any("--config" in a for a in spec.argv)
+    assert spec.stdin is not None and spec.stdin() == b"s" * 20 + b"\n"
+    assert not any("--config" in a for a in spec.argv)
     assert spec.argv[:4] == ("/opt/venv/bin/python", "-I", "-m", "rig.workstation.labserver")
     assert spec.env["JUPYTER_CONFIG_DIR"] == str(services.JUPYTER_CONFIG_DIR)
     assert not set(spec.env) & serveconfig.SECRET_VARIABLES  # kernels and terminals inherit this
@@ -111,7 +112,7 @@ def test_jupyter_token_travels_on_stdin_not_the_environment_argv_or_a_config() -
 
 def test_services_run_nothing_from_the_home_unless_the_user_trusts_it() -> None:
     environ = {"PATH": "/opt/venv/bin:/usr/bin", "PYTHONPATH": "/workspace/src"}
-    jupyter = services.jupyter_spec(environ, CURRENT, "s" * 20)
+    jupyter = services.jupyter_spec(environ, CURRENT, lambda: "s" * 20)
     # The server: isolated, the image's data folder, a runtime folder of this start, its port held.
     assert jupyter.argv[:4] == ("/opt/venv/bin/python", "-I", "-m", "rig.workstation.labserver")
     assert jupyter.env["JUPYTER_DATA_DIR"] == "/opt/rig/jupyter-data"
@@ -130,7 +131,7 @@ def test_services_run_nothing_from_the_home_unless_the_user_trusts_it() -> None:
         and tensorboard.env["PYTHONPATH"] == "/workspace/src"
     )
     assert tensorboard.listen == "127.0.0.1" and tensorboard.env["HOME"] == "/home/yolo"
-    trusted = services.jupyter_spec({**environ, "RIG_JUPYTER_TRUST_HOME": "1"}, CURRENT, "s" * 20)
+    trusted = services.jupyter_spec({**environ, "RIG_JUPYTER_TRUST_HOME": "1"}, CURRENT, lambda: "s" * 20)
     assert trusted.argv[:5] == (
         "/opt/venv/bin/python",
         "-I",

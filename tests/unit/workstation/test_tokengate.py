@@ -82,11 +82,11 @@ def test_a_traced_server_gets_nothing(tmp_path: Path) -> None:
 
 @needs_root
 def test_the_supervisor_hands_jupyters_token_through_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert services.jupyter_spec({}, Ids(2001, 2001), "s" * 20).stdin_guarded
+    assert services.jupyter_spec({}, Ids(2001, 2001), lambda: "s" * 20).stdin_guarded
     for mode, got, deadline in (("guarded", "GOT s3cret", 60.0), ("dumpable", "GOT nothing", 1.0)):
         monkeypatch.setattr(tokengate, "DEADLINE_S", deadline)
         spec = ServiceSpec("probe", ("/usr/bin/python3", "-c", SERVER, mode), 1, ids=Ids(2001, 2001))
-        spec = dataclasses.replace(spec, stdin=b"s3cret\n", stdin_guarded=True, cwd=Path("/tmp"))
+        spec = dataclasses.replace(spec, stdin=lambda: b"s3cret\n", stdin_guarded=True, cwd=Path("/tmp"))
         proc = supervisor.spawn(spec)
         out, _ = proc.communicate(timeout=60)
         assert out.decode().strip() == got, (mode, out)
