@@ -210,13 +210,16 @@ COPY --from=os /opt/rig/debian-packages.txt /tmp/debian-packages.txt
 COPY --from=os /etc/debian_version /tmp/debian_version
 # No timestamp (the builder's SOURCE_DATE_EPOCH is a constant for bytecode, not a date): the same
 # lock and packages give the same file, byte for byte. The image's created label carries the date.
+# Each Python package carries the SHA-256 uv.lock holds for the wheel installed.
 ARG STACK=cu121
 RUN --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
+    --mount=type=bind,source=uv.lock,target=/src/uv.lock \
     env -u SOURCE_DATE_EPOCH /opt/sbom/bin/cyclonedx-py environment --no-validate --output-reproducible \
         --pyproject /src/pyproject.toml --mc-type application -o /tmp/python.cdx.json /opt/venv/bin/python \
     && mkdir -p /opt/rig \
     && /opt/sbom/bin/python /usr/local/lib/rig/sbom.py --stack "${STACK}" --debian-version "$(cat /tmp/debian_version)" \
-        /tmp/python.cdx.json /tmp/debian-packages.txt >/opt/rig/sbom.cdx.json
+        --lock /src/uv.lock --site-packages /opt/venv/lib/python3.11/site-packages \
+        /tmp/python.cdx.json /tmp/debian-packages.txt >/opt/rig/packages.cdx.json
 
 # ---------------------------------------------------------------------------------------------
 FROM os AS runtime
@@ -295,8 +298,7 @@ COPY docker/session-python /opt/rig/python
 COPY docker/pip /usr/local/bin/pip
 RUN ln -s pip /usr/local/bin/pip3
 
-# The SBOM and the stack's locked versions (read by `make build` for the labels).
-COPY --from=sbom /opt/rig/sbom.cdx.json /opt/rig/sbom.cdx.json
+# The stack's locked versions (read by `make build` for the labels).
 COPY --from=lockinfo /opt/rig/stack-versions.env /opt/rig/stack-versions.env
 
 # Our own code, as late as possible.
@@ -337,14 +339,25 @@ LABEL org.opencontainers.image.title="yolo-rig" \
       io.yolo-rig.stack="${STACK}"
 
 # ---------------------------------------------------------------------------------------------
+# The SBOM, of the runtime as it stands: the packages' document from the sbom stage, and every file
+# no package installed as it is (rig's configs, the Python headers, /usr/local/bin/pip, what the
+# build generated or replaced) with its SHA-256 (docker/sbom_files.py, with the image's own Python).
+FROM runtime AS described
+RUN --mount=type=bind,from=sbom,source=/opt/rig/packages.cdx.json,target=/tmp/sbom/packages.cdx.json \
+    --mount=type=bind,source=docker/sbom_files.py,target=/tmp/sbom/sbom_files.py \
+    python3 -I /tmp/sbom/sbom_files.py --root / --site-packages /opt/venv/lib/python3.11/site-packages \
+        /tmp/sbom/packages.cdx.json >/tmp/sbom.cdx.json \
+    && mv /tmp/sbom.cdx.json /opt/rig/sbom.cdx.json
+
+# ---------------------------------------------------------------------------------------------
 # The driver the stack needs, checked by the NVIDIA container runtime before anything runs: a
 # too-old driver fails `docker run --gpus` with the runtime's own one-line "unsatisfied condition:
 # cuda>=12.8" instead of deep inside torch (docs/requirements.md). One stage per stack, chosen by
 # STACK in the last FROM: an ENV cannot compute the value, and an unknown STACK stops the build.
-FROM runtime AS stack-cu121
+FROM described AS stack-cu121
 ENV NVIDIA_REQUIRE_CUDA="cuda>=12.1"
 
-FROM runtime AS stack-cu128
+FROM described AS stack-cu128
 ENV NVIDIA_REQUIRE_CUDA="cuda>=12.8"
 
 # hadolint ignore=DL3006

@@ -109,8 +109,10 @@ push: settings ## REGISTRY=host[:port][/path]: push the built image as REGISTRY/
 		|| { echo "ERROR make: $(REF) was built from revision $$revision, this checkout is $(GIT_REVISION); run make build first"; exit 2; }
 	@git diff --quiet HEAD -- 2>/dev/null || echo "WARNING make: the checkout has uncommitted changes; the image's revision label names the commit only"
 	@for tag in $(STACK) $(VERSION)-$(STACK); do \
-		docker tag $(REF) $(REGISTRY)/yolo-rig:$$tag && docker push --quiet $(REGISTRY)/yolo-rig:$$tag || exit; \
-		echo "INFO make: pushed $(REGISTRY)/yolo-rig:$$tag"; \
+		docker tag $(REF) $(REGISTRY)/yolo-rig:$$tag && docker push --quiet $(REGISTRY)/yolo-rig:$$tag >/dev/null || exit; \
+		digest=$$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' $(REGISTRY)/yolo-rig:$$tag \
+			| grep -F "$(REGISTRY)/yolo-rig@" | head -n 1); \
+		echo "INFO make: pushed $(REGISTRY)/yolo-rig:$$tag, pinned: IMAGE=$$digest"; \
 	done
 
 # UPGRADE=1: move every package to its newest allowed version instead of keeping the current pins.
@@ -127,8 +129,8 @@ $(VENV)/.synced: uv.lock pyproject.toml
 
 .PHONY: lint
 lint: venv ## ruff, mypy on entrypoint/, hadolint on the Dockerfiles, actionlint on .github/workflows/
-	$(VENV)/bin/ruff check entrypoint tests tools docker/sbom.py
-	$(VENV)/bin/ruff format --check entrypoint tests tools docker/sbom.py
+	$(VENV)/bin/ruff check entrypoint tests tools docker/sbom.py docker/sbom_files.py
+	$(VENV)/bin/ruff format --check entrypoint tests tools docker/sbom.py docker/sbom_files.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/hadolint Dockerfile docker/cluster/Dockerfile
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/actionlint

@@ -114,6 +114,34 @@ def test_the_sbom_holds_the_locked_versions_and_the_debian_packages(
     assert "No such file" in out and "cyclonedx-py" not in out.replace("/opt/sbom", ""), out
 
 
+@pytest.mark.stack
+def test_the_sbom_carries_the_locks_hashes_and_the_files_no_package_installed(
+    containers: Containers, sbom: dict[str, Any]
+) -> None:
+    lock = (REPO / "uv.lock").read_text()
+    pypi = [c for c in sbom["components"] if c.get("purl", "").startswith("pkg:pypi/")]
+    unhashed = [c["name"] for c in pypi if not c.get("hashes")]
+    assert unhashed == [] and all(f"sha256:{c['hashes'][0]['content']}" in lock for c in pypi), unhashed
+    files = {c["name"]: c for c in sbom["components"] if c["type"] == "file"}
+    origin = {name: c["properties"][0]["value"] for name, c in files.items()}
+    assert origin["/usr/include/python3.11/Python.h"] == "unpackaged"  # copied from the build
+    assert origin["/usr/local/bin/pip"] == "unpackaged"
+    assert origin["/usr/local/lib/rig/apt-install.sh"] == "unpackaged"
+    assert origin["/etc/ssh/sshd_config"] == "changed (deb openssh-server)"
+    assert origin["/opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml"].startswith(
+        "changed (pypi "
+    )
+    assert not [n for n in files if n.startswith(("/proc/", "/tmp/", "/run/", "/opt/rig/sbom"))]
+    assert "/usr/bin/tini" not in files  # a Debian package's, as installed
+    # The hashes are the files' as the image holds them.
+    checked = ["/usr/local/bin/pip", "/etc/ssh/sshd_config", "/usr/include/python3.11/Python.h"]
+    rc, out = containers.oneshot(["sha256sum", *checked])
+    assert rc == 0, out
+    for line in out.strip().splitlines():
+        digest, path = line.split()
+        assert files[path]["hashes"] == [{"alg": "SHA-256", "content": digest}], path
+
+
 # --- a published image on a host where no Python runs ---------------------------------------------
 
 
@@ -226,7 +254,10 @@ def test_a_published_image_starts_on_a_host_without_python(
         pytest.skip(f"{image} was not built from this checkout: {push.stdout.strip()}")
     assert push.returncode == 0, push.stdout + push.stderr
     assert tags(registry) == {stack, f"{VERSION}-{stack}"}
-    published = f"{registry}/yolo-rig:{VERSION}-{stack}"
+    # Pinned as docs/image.md says: by the digest `make push` printed, which no later push can move.
+    pushed = docker_client.images.get(f"{registry}/yolo-rig:{VERSION}-{stack}").attrs["RepoDigests"]
+    published = next(d for d in pushed if d.startswith(f"{registry}/yolo-rig@sha256:"))
+    assert published in push.stdout, push.stdout
     for t in (stack, f"{VERSION}-{stack}"):
         docker_client.images.remove(f"{registry}/yolo-rig:{t}")
 
@@ -249,6 +280,9 @@ def test_a_published_image_starts_on_a_host_without_python(
         assert rc == 0, out[-4000:]
         assert f"docker pull {published}" in calls, calls
         assert docker_client.images.get(published).id == docker_client.images.get(image).id
+        # What it runs, named so it can be checked: the digest and the revision it was built from.
+        revision = docker_client.images.get(image).labels["org.opencontainers.image.revision"]
+        assert f"INFO image: {published} {published}, revision {revision}" in out, out[-4000:]
         ssh = subprocess.run(
             ["ssh", "-p", str(ssh_port), "-i", str(key), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
              "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
@@ -262,8 +296,8 @@ def test_a_published_image_starts_on_a_host_without_python(
             ["docker", "compose", "-p", project, "-f", "compose.yaml", "down", "-v", "-t", "10"],
             cwd=REPO, env={**env, "IMAGE": published}, capture_output=True, timeout=180, check=False,
         )  # fmt: skip
-        for t in (stack, f"{VERSION}-{stack}"):
-            subprocess.run(["docker", "rmi", f"{registry}/yolo-rig:{t}"], capture_output=True, timeout=60)
+        for ref in (published, *(f"{registry}/yolo-rig:{t}" for t in (stack, f"{VERSION}-{stack}"))):
+            subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=60)
 
 
 def documented_home_move() -> str:

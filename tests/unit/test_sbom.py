@@ -4,11 +4,14 @@ tests/image/test_release.py checks the image's own SBOM."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
 import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,11 +28,12 @@ DEBIAN = [
 ]
 
 
-def _sbom_module() -> ModuleType:
+def _sbom_module(name: str = "sbom") -> ModuleType:
     # By path: a folder named docker/ would shadow the Docker SDK as a package.
-    spec = importlib.util.spec_from_file_location("rig_sbom", REPO / "docker" / "sbom.py")
+    spec = importlib.util.spec_from_file_location(f"rig_{name}", REPO / "docker" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -114,3 +118,113 @@ def test_the_same_input_gives_the_same_bytes(python_bom: Path, tmp_path: Path) -
     assert first == merged_text(python_bom, tmp_path / "b")
     document = json.loads(first)
     assert "serialNumber" not in document and "timestamp" not in document["metadata"]
+
+
+def test_each_python_package_carries_the_locks_hash_of_the_wheel_installed(python_bom: Path) -> None:
+    """The host tools' venv is installed from this uv.lock: every package in it has its wheel's hash."""
+    module = _sbom_module()
+    document = json.loads(python_bom.read_text())
+    site_packages = Path(sysconfig.get_paths()["purelib"])
+    lock = (REPO / "uv.lock").read_text()
+    wheels, sdists = module.lock_artifacts(lock)
+    assert module.with_hashes(document, wheels, sdists, module.installed_tags(site_packages)) == []
+    pypi = [c for c in document["components"] if c.get("purl", "").startswith("pkg:pypi/")]
+    assert len(pypi) > 30 and all(len(c["hashes"]) == 1 for c in pypi)
+    pytest_component = next(c for c in pypi if c["name"] == "pytest")
+    digest = pytest_component["hashes"][0]["content"]
+    assert pytest_component["hashes"][0]["alg"] == "SHA-256" and f"sha256:{digest}" in lock
+    wheel = next(p for p in site_packages.glob("pytest-*.dist-info")) / "WHEEL"
+    assert "py3-none-any" in wheel.read_text()
+    # Another installed wheel than the lock's (the tags differ): named, not hashed.
+    installed = module.installed_tags(site_packages)
+    key = next(k for k in installed if k[0] == "pytest")
+    other = dict(installed, **{})
+    other[key] = frozenset()
+    fresh = json.loads(python_bom.read_text())
+    assert module.with_hashes(fresh, wheels, sdists, other) == [f"pytest=={key[1]}"]
+    assert "hashes" not in next(c for c in fresh["components"] if c["name"] == "pytest")
+
+
+def _fake_image(root: Path) -> Path:
+    """A tree as the image has it: a Debian package (listed, its MD5s, a conffile), a distribution
+    (its RECORD, bytecode compiled at install), and what no package installed."""
+    info = root / "var/lib/dpkg/info"
+    info.mkdir(parents=True)
+    for path, text in {
+        "usr/bin/tool": "tool\n",
+        "etc/tool.conf": "conf\n",
+        "usr/share/doc/tool/README": "readme\n",
+        "usr/include/python3.11/Python.h": "/* headers */\n",
+        "usr/local/bin/pip": "#!/bin/sh\n",
+        "proc/1/status": "skipped\n",
+        "tmp/scratch": "skipped\n",
+    }.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    (info / "tool.list").write_text(
+        "/.\n/usr\n/usr/bin\n/usr/bin/tool\n/etc/tool.conf\n/usr/share/doc/tool/README\n"
+    )
+    md5 = {
+        p: hashlib.md5((root / p).read_bytes()).hexdigest()
+        for p in ("usr/bin/tool", "usr/share/doc/tool/README")
+    }
+    (info / "tool.md5sums").write_text("".join(f"{d}  {p}\n" for p, d in md5.items()))
+    (root / "var/lib/dpkg/status").write_text(
+        "Package: tool\nStatus: install ok installed\nConffiles:\n"
+        f" /etc/tool.conf {hashlib.md5(b'conf' + bytes([10])).hexdigest()}\n\n"
+    )
+    site = root / "opt/venv/lib/python3.11/site-packages"
+    (site / "pkg/__pycache__").mkdir(parents=True)
+    (site / "pkg-1.0.dist-info").mkdir()
+    (site / "pkg/__init__.py").write_text("x = 1\n")
+    (site / "pkg/default.yaml").write_text("epochs: 100\n")
+    (site / "pkg/__pycache__/__init__.cpython-311.pyc").write_bytes(b"bytecode")
+    (site / "pkg/__pycache__/planted.cpython-311.pyc").write_bytes(b"no source")
+    record_lines = []
+    for name in ("pkg/__init__.py", "pkg/default.yaml"):
+        data = (site / name).read_bytes()
+        encoded = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record_lines.append(f"{name},sha256={encoded},{len(data)}")
+    (site / "pkg-1.0.dist-info/RECORD").write_text(
+        "\n".join([*record_lines, "pkg-1.0.dist-info/RECORD,,"]) + "\n"
+    )
+    (root / "usr/local/bin/pip3").symlink_to("pip")
+    return site
+
+
+def test_the_files_no_package_installed_are_listed_with_their_hash(tmp_path: Path) -> None:
+    module = _sbom_module("sbom_files")
+    site = _fake_image(tmp_path)
+    # What the build does after installing: replace a package's config and a distribution's file.
+    (tmp_path / "etc/tool.conf").write_text("ours\n")
+    (site / "pkg/default.yaml").write_text("epochs: 300\n")
+    (tmp_path / "usr/bin/tool").write_text("tool\n")  # written again, the same bytes: still the package's
+    owned = module.dpkg_owned(tmp_path) | module.record_owned(site, tmp_path)
+    found = {c["name"]: c for c in module.census(tmp_path, module.walk(tmp_path), owned)}
+    origin = {name: c["properties"][0]["value"] for name, c in found.items()}
+    assert origin == {
+        "/etc/tool.conf": "changed (deb tool)",
+        "/opt/venv/lib/python3.11/site-packages/pkg/__pycache__/planted.cpython-311.pyc": "unpackaged",
+        "/opt/venv/lib/python3.11/site-packages/pkg/default.yaml": "changed (pypi pkg)",
+        "/usr/include/python3.11/Python.h": "unpackaged",
+        "/usr/local/bin/pip": "unpackaged",
+    }
+    pip = found["/usr/local/bin/pip"]
+    assert pip["type"] == "file" and pip["hashes"] == [
+        {"alg": "SHA-256", "content": hashlib.sha256(b"#!/bin/sh\n").hexdigest()}
+    ]
+
+
+def test_the_document_with_files_is_valid_cyclonedx(python_bom: Path, tmp_path: Path) -> None:
+    module = _sbom_module("sbom_files")
+    root = tmp_path / "image"
+    site = _fake_image(root)
+    packages = tmp_path / "packages.cdx.json"
+    packages.write_text(merged_text(python_bom, tmp_path))
+    out = tmp_path / "sbom.cdx.json"
+    with out.open("w") as f, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "stdout", f)
+        assert module.main(["--root", str(root), "--site-packages", str(site), str(packages)]) == 0
+    document = json.loads(out.read_text())
+    assert schema_errors(document) == []
+    assert "/usr/local/bin/pip" in {c["name"] for c in document["components"] if c["type"] == "file"}
