@@ -23,12 +23,12 @@ import argparse
 import json
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from packageurl import PackageURL
-from packaging.tags import Tag, parse_tag
+from packaging.tags import Tag, parse_tag, sys_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 ROOT_REF = "root-component"  # cyclonedx-py's bom-ref for the --pyproject component
@@ -95,15 +95,28 @@ def installed_tags(site_packages: Path) -> dict[tuple[str, str], frozenset[Tag]]
     return installed
 
 
+def best_supported(candidates: Sequence[tuple[frozenset[Tag], str]], supported: Sequence[Tag]) -> list[str]:
+    """The digest of the candidate an installer prefers: the one with the earliest supported tag."""
+    rank = {tag: i for i, tag in enumerate(supported)}
+    scored = [
+        (min((rank[t] for t in tags if t in rank), default=len(rank)), digest) for tags, digest in candidates
+    ]
+    best = min((score for score, _ in scored), default=len(rank))
+    return sorted({digest for score, digest in scored if score == best < len(rank)})
+
+
 def with_hashes(
     bom: dict[str, Any],
     wheels: Wheels,
     sdists: Mapping[tuple[str, str], str],
     installed: Mapping[tuple[str, str], frozenset[Tag]],
+    supported: Sequence[Tag] = (),
 ) -> list[str]:
     """Each pypi component gets the SHA-256 of the lock's wheel it was installed from (of its source
     archive where the lock holds no wheel: the package was built here); returns the components the lock
-    has wheels of but none matching what is installed (a stale SBOM stage)."""
+    has wheels of but none matching what is installed (a stale SBOM stage). Where the installed
+    WHEEL file names no tag of the lock's wheels, the wheel an installer picks for this interpreter
+    (`supported`: its tags, most preferred first) is the one."""
     unmatched = []
     for component in bom.get("components", []):
         if not component.get("purl", "").startswith("pkg:pypi/"):
@@ -112,6 +125,8 @@ def with_hashes(
         candidates = wheels.get(key, [])
         tags = installed.get(key, frozenset())
         digests = sorted({digest for wheel_tags, digest in candidates if wheel_tags & tags})
+        if not digests and candidates:  # a WHEEL that names another tag than its file (torch's)
+            digests = best_supported(candidates, supported)
         if len(digests) == 1:
             component["hashes"] = [{"alg": "SHA-256", "content": digests[0]}]
         elif candidates:
@@ -158,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.site_packages is None:
             parser.error("--lock needs --site-packages")
         wheels, sdists = lock_artifacts(args.lock.read_text())
-        unmatched = with_hashes(bom, wheels, sdists, installed_tags(args.site_packages))
+        unmatched = with_hashes(bom, wheels, sdists, installed_tags(args.site_packages), list(sys_tags()))
         if unmatched:
             print(
                 f"ERROR sbom: no wheel in {args.lock} matches the installed {', '.join(unmatched)}",

@@ -53,28 +53,49 @@ class Owned:
     owner: str  # "deb NAME" or "pypi NAME"
 
 
+class Resolver:
+    """A listed path as the tree holds it: dpkg lists /lib/x86_64-linux-gnu/libc.so.6 where a merged
+    /usr has it at /usr/lib/... (/lib is a link). Each listed folder is resolved once, inside root."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.folders: dict[str, str] = {}
+
+    def __call__(self, path: str) -> str:
+        folder, _, name = path.rpartition("/")
+        if folder not in self.folders:
+            real = os.path.realpath(self.root / folder.lstrip("/"))
+            inside = os.path.relpath(real, self.root)
+            self.folders[folder] = folder if inside.startswith("..") else "/" + inside.removeprefix(".")
+        return f"{self.folders[folder].rstrip('/')}/{name}"
+
+
 def dpkg_owned(root: Path) -> dict[str, Owned]:
-    """Every file a Debian package lists, with the MD5 dpkg recorded for it."""
+    """Every file a Debian package lists, with the MD5 dpkg recorded for it, under the path it has
+    in the tree (the folders' links resolved)."""
     info = root / "var/lib/dpkg/info"
     owned: dict[str, Owned] = {}
+    real = Resolver(root)
     for listing in sorted(info.glob("*.list")):
         package = listing.name[: -len(".list")].split(":", 1)[0]
         for line in listing.read_text(errors="surrogateescape").splitlines():
             if line and line != "/.":
-                owned[line] = Owned("md5", "", f"deb {package}")
+                owned[real(line)] = Owned("md5", "", f"deb {package}")
         sums = listing.with_suffix(".md5sums")
         if sums.exists():
             for line in sums.read_text(errors="surrogateescape").splitlines():
                 digest, _, path = line.partition("  ")
                 if path:
-                    owned["/" + path] = Owned("md5", digest, f"deb {package}")
+                    owned[real("/" + path)] = Owned("md5", digest, f"deb {package}")
     status = root / "var/lib/dpkg/status"
     package = ""
     for line in status.read_text(errors="surrogateescape").splitlines() if status.exists() else ():
         if line.startswith("Package: "):
             package = line[9:].strip()
         elif line.startswith(" /") and len(fields := line.split()) >= 2:
-            owned[fields[0]] = Owned("md5", fields[1], f"deb {package}")  # a conffile: its MD5 at install
+            owned[real(fields[0])] = Owned(
+                "md5", fields[1], f"deb {package}"
+            )  # a conffile: its MD5 at install
     return owned
 
 

@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from packaging.tags import parse_tag
 
 from tests.helpers import REPO
 from tests.helpers.sbom import components, schema_errors
@@ -143,6 +144,18 @@ def test_each_python_package_carries_the_locks_hash_of_the_wheel_installed(pytho
     fresh = json.loads(python_bom.read_text())
     assert module.with_hashes(fresh, wheels, sdists, other) == [f"pytest=={key[1]}"]
     assert "hashes" not in next(c for c in fresh["components"] if c["name"] == "pytest")
+    # A WHEEL file that names another tag than the wheel's file name (torch's say linux_x86_64, their
+    # files manylinux1): the wheel an installer prefers for this interpreter is the one.
+    torch_like = {(frozenset(parse_tag("cp311-cp311-manylinux1_x86_64")), "a" * 64),
+                  (frozenset(parse_tag("cp311-cp311-win_amd64")), "b" * 64)}  # fmt: skip
+    bom = {"components": [{"name": "torch", "version": "2.3.1", "purl": "pkg:pypi/torch@2.3.1"}]}
+    linux = [*parse_tag("cp311-cp311-manylinux_2_17_x86_64"), *parse_tag("cp311-cp311-manylinux1_x86_64")]
+    installed_torch = {("torch", "2.3.1"): frozenset(parse_tag("cp311-cp311-linux_x86_64"))}
+    assert module.with_hashes(bom, {("torch", "2.3.1"): sorted(torch_like)}, {}, installed_torch, linux) == []
+    assert bom["components"][0]["hashes"] == [{"alg": "SHA-256", "content": "a" * 64}]
+    assert module.with_hashes(bom, {("torch", "2.3.1"): sorted(torch_like)}, {}, installed_torch, []) == [
+        "torch==2.3.1"
+    ]
 
 
 def _fake_image(root: Path) -> Path:
@@ -189,6 +202,13 @@ def _fake_image(root: Path) -> Path:
         "\n".join([*record_lines, "pkg-1.0.dist-info/RECORD,,"]) + "\n"
     )
     (root / "usr/local/bin/pip3").symlink_to("pip")
+    # A merged /usr: dpkg lists /lib/libz.so.1, which the tree holds at /usr/lib/libz.so.1.
+    (root / "usr/lib").mkdir()
+    elf = b"\x7fELF"
+    (root / "usr/lib/libz.so.1").write_bytes(elf)
+    (root / "lib").symlink_to("usr/lib")
+    (info / "zlib1g.list").write_text("/lib\n/lib/libz.so.1\n")
+    (info / "zlib1g.md5sums").write_text(f"{hashlib.md5(elf).hexdigest()}  lib/libz.so.1\n")
     return site
 
 
