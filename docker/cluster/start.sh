@@ -45,6 +45,11 @@ if [[ $1 == controller ]]; then
   exec /usr/sbin/slurmctld -D -s
 fi
 
+# enroot's PyTorch hook, as a site's admin installs it from enroot's extras: its presence turns it on
+# in pyxis-task, which does what the hook does (the file is the switch, not the code).
+install -d -m 0755 /etc/enroot/hooks.d
+printf '# enroot hooks/extra/50-slurm-pytorch.sh: on (docker/cluster/pyxis-task)\n' \
+  >/etc/enroot/hooks.d/50-slurm-pytorch.sh
 # Character devices with NVIDIA's major number and no driver behind them: Slurm only stats them.
 for i in 0 1 2 3; do
   [[ -e /dev/nvidia$i ]] || mknod -m 0666 "/dev/nvidia$i" c 195 "$i"
