@@ -171,6 +171,13 @@ RUN --mount=type=secret,id=ca \
     /usr/local/lib/rig/apt-install.sh tini openssh-server fonts-dejavu-core numactl procps less \
         tmux screen g++ \
     && rm -f /etc/ssh/ssh_host_*
+# rdma-core's user space: NCCL's InfiniBand/RoCE transport dlopens libibverbs and, without it, falls
+# back to TCP sockets between nodes even where the host passes /dev/infiniband (docs/training.md:
+# "The fabric"). ibverbs-providers: the drivers libibverbs loads per device (mlx5, efa, ...);
+# librdmacm1: rdma-core's connection manager, for the tools and network plugins that link it; ibverbs-utils:
+# `ibv_devinfo`, to see what the container was given. Its size is in BENCHMARKS.md.
+RUN --mount=type=secret,id=ca \
+    /usr/local/lib/rig/apt-install.sh libibverbs1 ibverbs-providers librdmacm1 ibverbs-utils
 # The Debian packages as installed, for comparing two builds (a mirror moves on; the venv does not)
 # and for the SBOM. `make build` labels the image with this file's sha256 (io.yolo-rig.debian-packages).
 # The pipe runs under base's SHELL (pipefail), which hadolint does not follow from stage to stage.

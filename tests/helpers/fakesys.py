@@ -64,3 +64,35 @@ def nvidia_device(root: Path, minor: int, bus_id: str | None = None) -> None:
         info = root / "proc/driver/nvidia/gpus" / bus_id / "information"
         info.parent.mkdir(parents=True, exist_ok=True)
         info.write_text(f"Model: \t\t NVIDIA H200\nIRQ:   \t\t 85\nDevice Minor: \t {minor}\n")
+
+
+def fabric_tree(
+    root: Path,
+    *,
+    rdma: tuple[str, ...] = (),
+    uverbs: int = 0,
+    library: bool = True,
+    routes: tuple[str, ...] = ("eth0",),
+) -> Path:
+    """A filesystem root as rig.hardware.fabric reads it: RDMA devices in /sys/class/infiniband, their
+    device nodes in /dev/infiniband (plain files will do), libibverbs, interfaces with an IPv4 route
+    (ifindex in the order given)."""
+    for name in rdma:
+        (root / "sys/class/infiniband" / name).mkdir(parents=True, exist_ok=True)
+    if uverbs:
+        (root / "dev/infiniband").mkdir(parents=True, exist_ok=True)
+        (root / "dev/infiniband/rdma_cm").touch()
+        for i in range(uverbs):
+            (root / f"dev/infiniband/uverbs{i}").touch()
+    if library:
+        (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True, exist_ok=True)
+        (root / "usr/lib/x86_64-linux-gnu/libibverbs.so.1").touch()
+    table = ["Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT"]
+    for index, name in enumerate(("lo", *routes), start=1):
+        (root / "sys/class/net" / name).mkdir(parents=True, exist_ok=True)
+        (root / "sys/class/net" / name / "ifindex").write_text(f"{index}\n")
+        if name != "lo":
+            table.append(f"{name}\t0000000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0")
+    (root / "proc/net").mkdir(parents=True, exist_ok=True)
+    (root / "proc/net/route").write_text("\n".join(table) + "\n")
+    return root

@@ -103,3 +103,19 @@ def pods(job: Any) -> list[Pod]:
                 Pod(f"{name}-{replica.lower()}-{index}", replica, rank, list(c.args or []), own + operator)
             )
     return made
+
+
+# The shape tests/helpers/trainjob.py shares, so the image test runs both jobs.
+def pod_spec(job: Any) -> Any:
+    """The pods' V1PodSpec (the master's; the workers share it)."""
+    return job.spec.pytorch_replica_specs["Master"].template.spec
+
+
+def run_name(job: Any) -> str:
+    """The run folder resume=auto continues: train-<job>."""
+    return f"train-{job.metadata.name}"
+
+
+def aliases(job: Any, pod: Pod) -> list[str]:
+    """The names the pod answers to on the cluster network: the operator's service per pod."""
+    return [pod.name]

@@ -210,6 +210,30 @@ def test_runtime_has_no_build_tools_uv_or_caches(containers: Containers) -> None
     assert "FOUND" not in out, out
 
 
+def test_rdma_core_loads_for_nccl_and_ibv_devinfo_runs(containers: Containers) -> None:
+    """rdma-core's user space, as NCCL's IB transport loads it (dlopen of libibverbs.so.1, which loads
+    a provider per device), and `ibv_devinfo` answering in a container given no RDMA device."""
+    script = (
+        "ldconfig -p | grep -E 'lib(ibverbs|rdmacm)\\.so\\.1 ' | sed 's/^/LDCONFIG /'; "
+        "ls /usr/lib/*/libibverbs/libmlx5-rdmav*.so | sed 's/^/PROVIDER /'; "
+        'python -c \'import ctypes; ctypes.CDLL("libibverbs.so.1"); ctypes.CDLL("librdmacm.so.1"); '
+        'print("CTYPES loaded")\'; '
+        "timeout 30 ibv_devinfo; echo DEVINFO rc=$?"
+    )
+    rc, out = containers.oneshot(["bash", "-c", script], timeout=120, network_mode="none")
+    assert rc == 0, out
+    assert {line.split()[1] for line in out.splitlines() if line.startswith("LDCONFIG")} == {
+        "libibverbs.so.1",
+        "librdmacm.so.1",
+    }, out
+    assert "PROVIDER " in out and "CTYPES loaded" in out, out
+    # Without the kernel's uverbs (no /sys/class/infiniband_verbs) libibverbs answers ENOSYS; with
+    # it and no device, "No IB devices found". Either way one line and exit 255, never a hang.
+    answers = ("Failed to get IB devices list: Function not implemented", "No IB devices found")
+    assert any(a in out for a in answers), out
+    assert "DEVINFO rc=255" in out, out
+
+
 def test_tini_is_pid_1(containers: Containers) -> None:
     container = containers.run(["sleep", "60"])
     rc, out = containers.exec(container, "tr '\\0' ' ' </proc/1/cmdline", timeout=10)

@@ -42,6 +42,13 @@ def test_doctor_json_lists_every_check_and_fails_without_gpus(containers: Contai
     assert s is not None and f">= {s.min_driver}" in checks["driver"]["fix"]
     assert checks["kernels"]["status"] == "skip"
     assert checks["shm"]["status"] == "pass"  # 1 GiB holds this 2-CPU box's loader workers
+    # No RDMA device here: one node needs none, several would get sockets; the image's libibverbs is
+    # found (without it the reason would be the missing library).
+    fabric = checks["fabric"]
+    assert fabric["status"] == "pass", fabric
+    assert fabric["detail"].startswith("one node (NVLink/PCIe within it); several would use NCCL between")
+    assert "over TCP sockets (no InfiniBand/RoCE device in /sys/class/infiniband)" in fabric["detail"]
+    assert "NCCL picks eth0 (NCCL_SOCKET_IFNAME unset)" in fabric["detail"], fabric
     assert (rc, report["ok"]) == (1, False)
 
 

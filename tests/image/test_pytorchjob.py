@@ -1,8 +1,9 @@
-"""deploy/pytorchjob.yaml as the training operator runs it, without Kubernetes: two containers of the
-image started as its pods (names and host names, the manifest's args with the entrypoint kept, the
-container's env then the operator's, its volumes), which train together over CPU ranks (gloo), with
-their loader workers. Deleted mid-run (TERM to each pod's PID 1, as the kubelet sends it), they save
-inside the epoch and exit 143; the pods started again (the operator's restart) continue there.
+"""deploy/pytorchjob.yaml as the training operator runs it, and deploy/trainjob.yaml as Kubeflow Trainer
+v2 runs it, without Kubernetes: two containers of the image started as the job's pods (names, host
+names and the DNS names the job's service gives them, the manifest's args with the entrypoint kept,
+the container's env then the operator's, its volumes), which train together over CPU ranks (gloo),
+with their loader workers. Deleted mid-run (TERM to each pod's PID 1, as the kubelet sends it), they
+save inside the epoch and exit 143; the pods started again (the operator's restart) continue there.
 
 For CPUs and a small run, the test changes only what it must: `--gpus=all` becomes `device=cpu` with
 RIG_CPU_RANKS=1, and the data, model, epochs, imgsz and batch are the demo's, tiny.
@@ -15,12 +16,13 @@ import re
 import secrets
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import pytorchjob
+from tests.helpers import pytorchjob, trainjob
 from tests.helpers.containers import Containers
 from tests.helpers.waiting import wait_until
 
@@ -36,17 +38,32 @@ TINY = {
 }
 
 
-def cpu_args(args: list[str]) -> list[str]:
+def cpu_args(args: list[str], epochs: int) -> list[str]:
     """The manifest's args on CPU ranks, with the tiny run's values in place of its own."""
+    tiny = {**TINY, "epochs": str(epochs)}
     out = []
     for arg in args:
         if arg.startswith("--gpus"):
             out.append("device=cpu")
             continue
         key = arg.partition("=")[0]
-        out.append(f"{key}={TINY[key]}" if key in TINY else arg)
-    out += [f"{k}={v}" for k, v in TINY.items() if not any(a.startswith(f"{k}=") for a in args)]
+        out.append(f"{key}={tiny[key]}" if key in tiny else arg)
+    out += [f"{k}={v}" for k, v in tiny.items() if not any(a.startswith(f"{k}=") for a in args)]
     return out
+
+
+@dataclass(frozen=True)
+class Job:
+    """A manifest and the helper that makes its pods (tests/helpers/pytorchjob.py, trainjob.py, one
+    shape), and the tiny run's length: the TrainJob's is shorter, the stop and the restart the same."""
+
+    kind: Any
+    epochs: int
+
+
+@pytest.fixture(params=[Job(pytorchjob, 4), Job(trainjob, 3)], ids=["pytorchjob", "trainjob"])
+def kubeflow(request: pytest.FixtureRequest) -> Job:
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -60,12 +77,11 @@ def network(docker_client: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
-def claims(docker_client: Any) -> Iterator[dict[str, str]]:
+def claims(docker_client: Any, kubeflow: Job) -> Iterator[dict[str, str]]:
     """One Docker volume per persistentVolumeClaim, shared by the pods as the claims are."""
     made: dict[str, Any] = {}
     tag = uuid.uuid4().hex[:10]
-    job = pytorchjob.load()
-    for volume in job.spec.pytorch_replica_specs["Master"].template.spec.volumes:
+    for volume in kubeflow.kind.pod_spec(kubeflow.kind.load()).volumes:
         if volume.persistent_volume_claim:
             made[volume.name] = docker_client.volumes.create(
                 f"rig-test-{tag}-{volume.persistent_volume_claim.claim_name}"
@@ -79,16 +95,15 @@ def claims(docker_client: Any) -> Iterator[dict[str, str]]:
 
 
 def pod_mounts(
-    job: Any, claims: dict[str, str], secret_dir: Path
+    kind: Any, job: Any, claims: dict[str, str], secret_dir: Path
 ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """The pod's volumeMounts: claims as the shared volumes, emptyDir as the pod's own tmpfs (the
     memory-backed /dev/shm is Docker's own, sized by the caller), a Secret as a read-only folder of
     its keys (a generated token under secret_dir/NAME, as `kubectl create secret` would hold one)."""
-    spec = job.spec.pytorch_replica_specs["Master"].template.spec
-    volumes = {v.name: v for v in spec.volumes}
+    volumes = {v.name: v for v in kind.pod_spec(job).volumes}
     binds: dict[str, dict[str, str]] = {}
     tmpfs: dict[str, str] = {}
-    for mount in pytorchjob.container(job).volume_mounts:
+    for mount in kind.container(job).volume_mounts:
         volume = volumes[mount.name]
         if volume.persistent_volume_claim:
             binds[claims[mount.name]] = {"bind": mount.mount_path, "mode": "rw"}
@@ -105,11 +120,12 @@ def pod_mounts(
 
 
 def test_two_pods_train_together_as_the_operator_starts_them(
-    containers: Containers, network: Any, claims: dict[str, str], tmp_path: Path
+    containers: Containers, network: Any, claims: dict[str, str], tmp_path: Path, kubeflow: Job
 ) -> None:
-    job = pytorchjob.load()
-    binds, tmpfs = pod_mounts(job, claims, tmp_path / "secrets")
-    c = pytorchjob.container(job)
+    kind, epochs = kubeflow.kind, kubeflow.epochs
+    job = kind.load()
+    binds, tmpfs = pod_mounts(kind, job, claims, tmp_path / "secrets")
+    c = kind.container(job)
     caps = list((c.security_context.capabilities.add or []) if c.security_context else [])
     rc, out = containers.oneshot(
         ["rig", "demo-data", "/datasets/demo", "--train", "32", "--val", "4", "--imgsz", "64"],
@@ -118,15 +134,15 @@ def test_two_pods_train_together_as_the_operator_starts_them(
     )
     assert rc == 0, out
     project = next(a.partition("=")[2] for a in c.args if a.startswith("project="))
-    csv = f"{project}/train-{job.metadata.name}/results.csv"
+    csv = f"{project}/{kind.run_name(job)}/results.csv"
 
     def start(attempt: int) -> list[Any]:
         started = []
-        for pod in pytorchjob.pods(job):
+        for pod in kind.pods(job):
             env = {**pod.environment(), "RIG_CPU_RANKS": "1"}
             started.append(
                 containers.run(
-                    cpu_args(pod.args),
+                    cpu_args(pod.args, epochs),
                     name=f"rig-test-{uuid.uuid4().hex[:6]}-{pod.name}-{attempt}",
                     hostname=pod.name,
                     environment=env,
@@ -136,7 +152,9 @@ def test_two_pods_train_together_as_the_operator_starts_them(
                     shm_size="1g",
                     network=network.name,
                     networking_config={
-                        network.name: containers.client.api.create_endpoint_config(aliases=[pod.name])
+                        network.name: containers.client.api.create_endpoint_config(
+                            aliases=kind.aliases(job, pod)
+                        )
                     },
                 )
             )
@@ -153,7 +171,7 @@ def test_two_pods_train_together_as_the_operator_starts_them(
     assert codes == [143, 143], "\n\n".join(log[-4000:] for log in logs)
     for log in logs:
         assert "DataLoader worker" not in log and "Traceback" not in log, log[-4000:]
-    stop = re.search(r"INFO trainer: stop: \S+ continues at (epoch \d/4 at batch \d+/\d+)", logs[0])
+    stop = re.search(rf"INFO trainer: stop: \S+ continues at (epoch \d/{epochs} at batch \d+/\d+)", logs[0])
     assert stop, logs[0][-4000:]
 
     # The operator starts the pods again: resume=auto continues inside the epoch.
@@ -169,5 +187,5 @@ def test_two_pods_train_together_as_the_operator_starts_them(
     # As the pods' user (the manifest's RIG_USER=root): run folders are private to whoever trains.
     rc, out = containers.oneshot(["cat", csv], volumes=binds, timeout=120, environment={"RIG_USER": "root"})
     assert rc == 0, out
-    epochs = [int(float(line.split(",")[0])) for line in out.splitlines()[1:] if line.strip()]
-    assert epochs == [1, 2, 3, 4], out
+    trained = [int(float(line.split(",")[0])) for line in out.splitlines()[1:] if line.strip()]
+    assert trained == list(range(1, epochs + 1)), out

@@ -1,7 +1,9 @@
 """Multi-node: which node this is and where the rendezvous lives, from the variables schedulers set.
 
 Our own NNODES/NODE_RANK/MASTER_ADDR/MASTER_PORT win; then Slurm (one task per node), then Kubeflow's
-PyTorchJob (PET_* and its MASTER_ADDR/WORLD_SIZE/RANK, one pod per node). The result becomes
+PyTorchJob (PET_* and its MASTER_ADDR/WORLD_SIZE/RANK, one pod per node) or TrainJob (Trainer v2: its
+torch plugin sets PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT
+only). The result becomes
 torchrun's static rendezvous, which honours the node rank and MASTER_ADDR (job.torchrun_command).
 
 Slurm: the step's variables over the job's (`srun -N1` inside a two-node allocation is a one-node
@@ -14,6 +16,7 @@ PYTORCH_VERSION) also sets MASTER_ADDR, WORLD_SIZE and RANK, counting tasks, not
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -122,7 +125,7 @@ def node_spec(environ: Mapping[str, str]) -> NodeSpec:
         addr = env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR")
         if env.get("PET_MASTER_PORT"):
             port = _int(env, "PET_MASTER_PORT", 1, MAX_PORT)
-        rdzv = env.get("RDZV_ID") or env.get("JOB_NAME") or "yolo-rig"
+        rdzv = env.get("RDZV_ID") or env.get("JOB_NAME") or job_name(env) or "yolo-rig"
     else:
         return NodeSpec(1, 0, None, port, "yolo-rig", "single")
 
@@ -168,15 +171,24 @@ def check_master(node: NodeSpec, addresses: Sequence[str]) -> None:
         )
 
 
+# Kubeflow Trainer v2's torch plugin hands every node PET_MASTER_ADDR=<job>-node-0-0.<job>: the pod
+# of job 0, index 0, of the TrainJob's `node` replicated job, under the JobSet's headless service
+# (named after the job). A cluster domain after it (.<namespace>.svc...) names the same pod.
+_TRAINJOB_MASTER = re.compile(r"^(?P<job>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-node-0-0\.(?P=job)(\..*)?$")
+
+
 def job_name(environ: Mapping[str, str]) -> str | None:
     """The scheduler's name for this job, the same on every node and across its restarts: Slurm's
-    job id (a requeued job keeps it), a PyTorchJob's name (the operator names the master pod
-    `<job>-master-0` and hands that to every pod as MASTER_ADDR; it sets no variable of the job's
-    name). None outside a scheduler."""
+    job id (a requeued job keeps it), a Kubeflow job's name, read from the master address it hands
+    every pod, as neither operator sets a variable of the job's name: a PyTorchJob's master pod is
+    `<job>-master-0` (the training operator, v1), a TrainJob's `<job>-node-0-0.<job>` (Trainer v2).
+    None outside a scheduler."""
     if environ.get("SLURM_JOB_ID", "").strip():
         return f"slurm-{environ['SLURM_JOB_ID'].strip()}"
-    master = environ.get("PET_MASTER_ADDR") or environ.get("MASTER_ADDR") or ""
+    master = (environ.get("PET_MASTER_ADDR") or environ.get("MASTER_ADDR") or "").strip()
     if "PET_NNODES" in environ or "PET_MASTER_ADDR" in environ:
+        if trainjob := _TRAINJOB_MASTER.match(master):
+            return trainjob.group("job")
         name = master.removesuffix("-master-0")
         if name and name != master:
             return name

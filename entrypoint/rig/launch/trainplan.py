@@ -27,7 +27,9 @@ from pathlib import Path
 import rig
 from rig import log, paths, rankenv, safepython
 from rig.errors import RigError
+from rig.hardware import fabric
 from rig.hardware.choice import parse_gpus, select_gpus
+from rig.hardware.fabric import Fabric
 from rig.hardware.topology import Topology
 from rig.launch import autoresume, binding, ddp, job, nodes, rundir, steplevers, trainargs
 from rig.yolo import datasets, gpubatch, tuning, ultra
@@ -128,11 +130,16 @@ class Node:
     lever_records: tuple[steplevers.LeverRecord, ...]  # rig bench's measurements for this torch
     environ: dict[str, str]  # the environment of this launch
     user_environ: dict[str, str]  # the environment as rig found it (rig.USER_ENVIRON)
+    fabric: Fabric | None = None  # several nodes: what the ranks talk over between them
 
 
 def discover(
-    environ: Mapping[str, str], read_topology: Callable[[], Topology], user_environ: Mapping[str, str]
+    environ: Mapping[str, str],
+    read_topology: Callable[[], Topology],
+    user_environ: Mapping[str, str],
+    read_fabric: Callable[[], Fabric] | None = None,
 ) -> Node:
+    """read_fabric: the fabric between nodes (several nodes only); None reads this machine's."""
     spec = nodes.node_spec(environ)
     dirs = ultra.settings_dirs(environ)
     gpus, gpus_state = gpubatch.read_all()
@@ -160,6 +167,7 @@ def discover(
         lever_records=steplevers.read_records(steplevers.record_dir(environ), torch),
         environ=dict(environ),
         user_environ=dict(user_environ),
+        fabric=None if spec.nnodes == 1 else (read_fabric or (lambda: fabric.read_fabric(environ=environ)))(),
     )
 
 
@@ -263,6 +271,15 @@ def world_line(devices: Devices, node: nodes.NodeSpec, per_node: int) -> str:
     return f"world: {world} {ranks} = {node.nnodes} {nodes_} x {per_node} {per} per node ({how})"
 
 
+def log_fabric(devices: Devices, found: Fabric) -> None:
+    """Several nodes: what the ranks will talk over, and a WARNING when NCCL falls back to sockets."""
+    if devices.kind != "gpu":
+        _logger.info("%s", fabric.gloo_line(found))
+        return
+    carried = fabric.transport(found)
+    (_logger.info if carried.rdma else _logger.warning)("%s", carried.line())
+
+
 @dataclass(frozen=True)
 class RunDir:
     """The run's folder: decided (a dry run prints it), then claimed by reserve_run_dir."""
@@ -340,6 +357,8 @@ def decide(request: Request, node: Node, run: Run) -> Plan:
             "continues it), or give name= with exist_ok=True"
         )
     _logger.info("%s", world_line(devices, spec, nranks))
+    if node.fabric is not None:
+        log_fabric(devices, node.fabric)
     args, folder = dict(request.args), None
     if run.located.auto_resume:
         args, folder, done = _auto_resume(
@@ -493,11 +512,12 @@ def plan_train(
     read_topology: Callable[[], Topology] = job.topology,
     dry_run: bool = False,
     environ: Mapping[str, str] | None = None,
+    read_fabric: Callable[[], Fabric] | None = None,
 ) -> job.Launch:
     """The whole pipeline: what `rig train` runs (a dry run: the same, without the two writing steps)."""
     env = os.environ if environ is None else environ
     request = parse(kv_args, gpus=gpus, cpu_ranks_given=cpu_ranks_given, environ=env)
-    node = discover(env, read_topology, rig.USER_ENVIRON)
+    node = discover(env, read_topology, rig.USER_ENVIRON, read_fabric)
     plan = decide(request, node, discover_run(request.args, node))
     if not dry_run and not plan.done:
         plan = reserve_run_dir(prepare_data(plan))

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from rig import paths
+from rig.hardware import fabric
+from rig.hardware.fabric import Fabric
 from rig.hardware.topology import Topology, format_cpulist
 from rig.launch.binding import Plan
 from rig.observe.bench import BenchResult
@@ -113,6 +115,8 @@ class Facts:
     arch_flags: tuple[str, ...] | None = None  # torch's GPU code in this image; None: unread
     settings_file: str = ""  # Ultralytics' settings.json for this user
     settings_problem: str | None = None  # why `yolo settings` would not stick; None: it will
+    fabric: Fabric | None = None  # what NCCL would travel over between nodes; None: unread
+    nnodes: int = 1  # the nodes the scheduler's (or our own) variables say this run spans
 
 
 # ------------------------------------------------------------------------------------------- checks
@@ -291,6 +295,27 @@ def check_memlock(f: Facts) -> Check:
         f"locked-memory limit is {_limit(soft)}: NCCL over InfiniBand/RoCE cannot register its buffers",
         "compose `ulimits: {memlock: -1}` (docker run --ulimit memlock=-1)",
     )
+
+
+def check_fabric(f: Facts) -> Check:
+    """Which transport a multi-node run gets: InfiniBand/RoCE, or TCP sockets (a WARNING where this
+    run spans several nodes, or where the host has RDMA devices the container was not given)."""
+    if f.fabric is None:
+        return Check("fabric", Status.SKIP, "not read")
+    carried = fabric.transport(f.fabric)
+    detail = carried.line().removeprefix("fabric: ")
+    if carried.rdma:
+        return Check("fabric", Status.PASS, detail)
+    missing = bool(f.fabric.rdma_devices) and not f.fabric.uverbs
+    if f.nnodes > 1 or missing:
+        fix = (
+            fabric.MISSING_DEVICES_FIX
+            if f.fabric.rdma_devices
+            else "run multi-node jobs on nodes with InfiniBand/RoCE passed into the container; over sockets, "
+            "set NCCL_SOCKET_IFNAME to the fastest interface"
+        )
+        return Check("fabric", Status.WARN, f"{f.nnodes} node(s): {detail}", fix)
+    return Check("fabric", Status.PASS, f"one node (NVLink/PCIe within it); several would use {detail}")
 
 
 def check_stack(f: Facts) -> Check:
@@ -515,6 +540,7 @@ CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_kernels,
     check_shm,
     check_memlock,
+    check_fabric,
     check_stack,
     check_numa,
     check_sys_nice,

@@ -18,9 +18,10 @@ from typing import Any
 
 from rig import paths, safefs, versions
 from rig.errors import RigError
-from rig.hardware import choice
+from rig.hardware import choice, fabric
 from rig.hardware.nvml import describe_error, session
 from rig.hardware.topology import read_topology, visible_entries
+from rig.launch import nodes
 from rig.launch.binding import make_plan
 from rig.observe import bench as rig_bench
 from rig.observe.bench import BenchResult
@@ -187,7 +188,18 @@ def gather(
         arch_flags=arch_flags if arch_flags is not None or not gpu_facts else torch_arch_flags(),
         settings_file=str(settings.settings_file(env)),
         settings_problem=settings.problem(env, root),
+        fabric=fabric.read_fabric(root, env),
+        nnodes=node_count(env),
     )
+
+
+def node_count(environ: Mapping[str, str]) -> int:
+    """The nodes this run spans, as `rig train` reads the schedulers' variables; 1 where they are
+    unreadable (`rig train` says why in one line)."""
+    try:
+        return nodes.node_spec(environ).nnodes
+    except RigError:
+        return 1
 
 
 def user_packages(root: Path) -> dict[str, Any]:

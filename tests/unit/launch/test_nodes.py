@@ -122,6 +122,44 @@ def test_slurm_node_lists_in_slurms_syntax(nodelist: str, hosts: list[str]) -> N
     assert nodes.hostnames(nodelist) == hosts
 
 
+# Kubeflow Trainer v2's torch plugin: PET_* only, the master `<job>-node-0-0.<job>`, port 29500.
+def trainjob_env(job: str, rank: int, nnodes: int = 2, master: str | None = None) -> dict[str, str]:
+    return {
+        "PET_NNODES": str(nnodes), "PET_NPROC_PER_NODE": "auto", "PET_NODE_RANK": str(rank),
+        "PET_MASTER_ADDR": master or f"{job}-node-0-0.{job}", "PET_MASTER_PORT": "29500",
+        "JOB_COMPLETION_INDEX": str(rank),
+    }  # fmt: skip
+
+
+def test_a_trainjobs_variables_become_a_node_spec_named_for_the_job() -> None:
+    for rank in (0, 1):
+        spec = nodes.node_spec(trainjob_env("yolo-train", rank))
+        assert (spec.nnodes, spec.node_rank, spec.master_addr, spec.master_port, spec.source) == (
+            2, rank, "yolo-train-node-0-0.yolo-train", 29500, "kubeflow",
+        )  # fmt: skip
+        assert spec.rdzv_id == "yolo-train"
+
+
+@pytest.mark.parametrize(
+    ("environ", "identity"),
+    [
+        (trainjob_env("yolo-train", 1), "yolo-train"),
+        (trainjob_env("a", 0, 1), "a"),
+        (trainjob_env("node-0-0", 0), "node-0-0"),  # the suffix in the job's own name
+        (trainjob_env("job2", 1, master="job2-node-0-0.job2.team-a.svc.cluster.local"), "job2"),
+        (trainjob_env("x", 1, master="x-node-0-0.y"), None),  # not one job's pod and service
+        (trainjob_env("x", 1, master="x-node-0-1.x"), None),  # not the first node's
+        (trainjob_env("x", 1, master="10.0.0.5"), None),
+        # The training operator (v1): the master pod `<job>-master-0`, PET_* and MASTER_ADDR.
+        ({"PET_NNODES": "2", "PET_MASTER_ADDR": "a-master-0", "MASTER_ADDR": "a-master-0"}, "a"),
+        ({"MASTER_ADDR": "x-node-0-0.x", "NNODES": "2"}, None),  # our own variables: no scheduler's job
+    ],
+)
+def test_the_job_identity_of_kubeflows_jobs(environ: dict[str, str], identity: str | None) -> None:
+    assert nodes.job_name(environ) == identity
+    assert nodes.job_identity(environ) == identity
+
+
 def test_the_port_comes_from_the_job_id_as_enroots_hook_computes_it() -> None:
     env = {"SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "n[1-2]"}
     ports = [nodes.node_spec({**env, "SLURM_JOB_ID": job}).master_port for job in ("42", "43", "4578")]

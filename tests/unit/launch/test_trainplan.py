@@ -448,3 +448,56 @@ def test_a_trainer_alone_does_not_inherit_a_schedulers_rank_variables(
     printed = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
     assert sorted(a for a in printed if a.startswith("--unset=")) == sorted(f"--unset={k}" for k in hook)
     assert printed[printed.index(sys.executable) + 3] == "rig.launch.trainer"
+
+
+def test_a_trainjobs_pods_agree_on_a_run_named_for_the_job(
+    box: Path, execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any, tmp_path: Path
+) -> None:
+    """Kubeflow Trainer v2 sets PET_* only; its master `<job>-node-0-0.<job>` names the job, so the pods
+    need no RDZV_ID and a restart (resume=auto) finds the run again."""
+    env = {
+        "PET_NNODES": "2", "PET_NPROC_PER_NODE": "auto", "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "yolo-train-node-0-0.yolo-train", "PET_MASTER_PORT": "29500",
+    }  # fmt: skip
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    for resume in ("resume=False", "resume=auto"):
+        argv = _dry(box, "device=cpu", "data=x.yaml", "model=m.yaml", "batch=2", f"project={tmp_path}")
+        argv.append(resume)
+        assert cli.main(argv) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+        assert " name=train-yolo-train " in out, out
+        cmd = _split(out)[1]
+        assert cmd[cmd.index("--rdzv-endpoint") + 1] == "yolo-train-node-0-0.yolo-train:29500"
+        assert cmd[cmd.index("--node-rank") + 1] == "1"
+
+
+def _gpu_nodes(tree: tuple[Path, str], fabric_root: Path, caplog: pytest.LogCaptureFixture) -> list[Any]:
+    from rig.hardware import fabric
+    from rig.launch import job
+
+    env = {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0", "RDZV_ID": "r1"}
+    caplog.clear()
+    trainplan.plan_train(
+        ["data=x.yaml", "model=m.yaml", "batch=8"],
+        gpus="2",
+        read_topology=lambda: job.topology(str(tree[0]), tree[1]),
+        dry_run=True,
+        environ=env,
+        read_fabric=lambda: fabric.read_fabric(fabric_root, env),
+    )
+    return [r for r in caplog.records if r.getMessage().startswith("fabric: ")]
+
+
+def test_a_multi_node_launch_says_its_fabric_and_warns_of_sockets(
+    tree: tuple[Path, str], execs: list[list[str]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.helpers.fakesys import fabric_tree
+
+    (sockets,) = _gpu_nodes(tree, fabric_tree(tmp_path / "plain", routes=("eth0",)), caplog)
+    assert sockets.levelname == "WARNING"
+    assert sockets.getMessage().startswith("fabric: NCCL between nodes over TCP sockets (no InfiniBand/RoCE")
+    assert "NCCL picks eth0 (NCCL_SOCKET_IFNAME unset)" in sockets.getMessage()
+    ib = fabric_tree(tmp_path / "ib", rdma=("mlx5_0",), uverbs=1, routes=("eth0", "ib0"))
+    (rdma,) = _gpu_nodes(tree, ib, caplog)
+    assert rdma.levelname == "INFO" and "over InfiniBand/RoCE (mlx5_0 through uverbs0)" in rdma.getMessage()

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from rig import versions
 from rig.errors import RigError
+from rig.hardware import fabric
 from rig.hardware.topology import Gpu, Topology
 from rig.launch.binding import make_plan
 from rig.observe import bench, doctor, doctor_gather
@@ -34,6 +35,10 @@ def topo(allowed: frozenset[int] = NODE0 | NODE1, ngpus: int = 2) -> Topology:
     return Topology(gpus=gpus, allowed_cpus=allowed, node_cpus={0: NODE0, 1: NODE1})
 
 
+# A workstation: libibverbs in the image, no RDMA device, one routed interface.
+NO_FABRIC = fabric.Fabric((), (), True, ("eth0",), None, None, None)
+
+
 def healthy(**changes: Any) -> Facts:
     t = topo()
     facts = Facts(
@@ -48,6 +53,7 @@ def healthy(**changes: Any) -> Facts:
         seccomp=2,
         cap_bnd=1 << doctor.CAP_SYS_NICE,
         numa_nodes=2,
+        fabric=NO_FABRIC,
     )
     return dataclasses.replace(facts, **changes)
 
@@ -64,6 +70,7 @@ def test_a_healthy_box_passes_everything_it_can_check() -> None:
         "kernels": PASS,
         "shm": PASS,
         "memlock": PASS,
+        "fabric": PASS,
         "stack": PASS,
         "numa": PASS,
         "cap_sys_nice": PASS,
@@ -300,7 +307,7 @@ def test_text_report_prints_fixes_only_for_problems_and_json_lists_every_check()
     text = doctor.render_text(checks)
     assert text.count("fix: ") == 2
     assert text.splitlines()[0].startswith("fail  driver")
-    assert text.splitlines()[-1] == "rig doctor: 7 pass, 1 warn, 1 fail, 6 skip"
+    assert text.splitlines()[-1] == "rig doctor: 8 pass, 1 warn, 1 fail, 6 skip"
     data = json.loads(doctor.render_json(checks))
     assert data["ok"] is False
     assert [c["name"] for c in data["checks"]] == [c.name for c in checks]
@@ -552,3 +559,35 @@ def test_gather_without_opencv_says_so(tmp_path: Path) -> None:
     # The host has no OpenCV: the lookup is reported as not done, never a crash.
     got = doctor_gather.image_cache_facts([tmp_path / "a.jpg"], 640)
     assert got.get("image_cache_error") or got.get("image_cache_path")
+
+
+@pytest.mark.parametrize(
+    ("found", "nnodes", "status", "words"),
+    [
+        (NO_FABRIC, 1, PASS, "one node (NVLink/PCIe within it); several would use NCCL between nodes"),
+        (NO_FABRIC, 2, WARN, "2 node(s): NCCL between nodes over TCP sockets (no InfiniBand/RoCE device"),
+        (dataclasses.replace(NO_FABRIC, rdma_devices=("mlx5_0",)), 1, WARN, "/dev/infiniband is not in the"),
+        (
+            dataclasses.replace(NO_FABRIC, rdma_devices=("mlx5_0",), uverbs=("uverbs0",)),
+            2,
+            PASS,
+            "NCCL between nodes over InfiniBand/RoCE (mlx5_0 through uverbs0); NCCL picks eth0",
+        ),
+    ],
+)
+def test_the_fabric_a_multi_node_run_gets(found: fabric.Fabric, nnodes: int, status: str, words: str) -> None:
+    check = by_name(healthy(fabric=found, nnodes=nnodes))["fabric"]
+    assert check.status == status and words in check.detail, check
+    if status == WARN:
+        assert check.fix
+
+
+def test_gather_reads_the_fabric_and_the_node_count_through_the_root(tmp_path: Path) -> None:
+    from tests.helpers.fakesys import fabric_tree
+
+    root = fabric_tree(fake_root(tmp_path), rdma=("mlx5_0",), uverbs=1, routes=("eth0",))
+    env = {"PET_NNODES": "2", "PET_NODE_RANK": "0", "PET_MASTER_ADDR": "j-node-0-0.j"}
+    facts = doctor_gather.gather(root=root, environ=env, nvml_module=FakeNvml([FakeGpu()]))
+    assert facts.fabric == fabric.Fabric(("mlx5_0",), ("uverbs0",), True, ("eth0",), None, None, None)
+    assert facts.nnodes == 2
+    assert doctor_gather.node_count({"NNODES": "two"}) == 1
