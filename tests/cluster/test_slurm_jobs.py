@@ -148,10 +148,11 @@ def test_two_jobs_with_one_name_at_once_then_a_lost_node(cluster: Cluster, jobs:
     wait_until(lambda: len(run_dirs(cluster, "exp")) == 2, timeout=RUN_TIMEOUT, interval=1)
     env = task_environ(cluster, "node1")
     dirs = run_dirs(cluster, "exp")
-    assert sorted(dirs) == ["exp", "exp-2"] and sorted(dirs.values()) == sorted(
-        f"slurm-{j}" for j in submitted
-    )
-    own = {owner.removeprefix("slurm-"): d for d, owner in dirs.items()}
+    # Owners: slurm:CLUSTER:JOB.STEP, the sbatch's training step.
+    owners = {d: re.fullmatch(r"slurm:yolo-rig:(\d+)\.\d+", owner) for d, owner in dirs.items()}
+    assert sorted(dirs) == ["exp", "exp-2"] and all(owners.values()), dirs
+    own = {m.group(1): d for d, m in owners.items() if m}
+    assert sorted(own) == sorted(submitted), dirs
     second_run = f"{RUNS}/{own[second]}"
     # node1 is lost once the second job has an epoch behind it and three ahead (the first, shorter,
     # may be running still or done: requeued too, or not, each must end with its own epochs once).
