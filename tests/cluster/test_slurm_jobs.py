@@ -148,10 +148,11 @@ def test_two_jobs_with_one_name_at_once_then_a_lost_node(cluster: Cluster, jobs:
     wait_until(lambda: len(run_dirs(cluster, "exp")) == 2, timeout=RUN_TIMEOUT, interval=1)
     env = task_environ(cluster, "node1")
     dirs = run_dirs(cluster, "exp")
-    assert sorted(dirs) == ["exp", "exp-2"] and sorted(dirs.values()) == sorted(
-        f"slurm-{j}" for j in submitted
-    )
-    own = {owner.removeprefix("slurm-"): d for d, owner in dirs.items()}
+    # Owners: slurm:CLUSTER:JOB.STEP, the sbatch's training step.
+    owners = {d: re.fullmatch(r"slurm:yolo-rig:(\d+)\.\d+", owner) for d, owner in dirs.items()}
+    assert sorted(dirs) == ["exp", "exp-2"] and all(owners.values()), dirs
+    own = {m.group(1): d for d, m in owners.items() if m}
+    assert sorted(own) == sorted(submitted), dirs
     second_run = f"{RUNS}/{own[second]}"
     # node1 is lost once the second job has an epoch behind it and three ahead (the first, shorter,
     # may be running still or done: requeued too, or not, each must end with its own epochs once).
@@ -192,3 +193,36 @@ def test_two_jobs_with_one_name_at_once_then_a_lost_node(cluster: Cluster, jobs:
         assert cluster.results_epochs(f"{RUNS}/{run}") == list(range(1, epochs + 1)), output[-4000:]
     assert run_dirs(cluster, "exp") == dirs  # the requeued job made no folder of its own
     print(json.dumps({"restarts": later.restarts, "ports": sorted(ports)}))
+
+
+STEPS_SCRIPT = f"""#!/bin/bash
+#SBATCH --nodes=2 --ntasks-per-node=1 --output=steps-%j.out
+set -u
+ARGS="{rig_args("steps", 1)} workers=0"
+step() {{ srun -N1 -n1 --container-image=x --container-workdir=/workspace rig train $ARGS; }}
+step & step & wait
+echo "INFO steps: the later step"
+step
+"""
+
+
+def test_two_steps_at_once_get_two_folders_and_a_later_one_finds_the_run_finished(
+    cluster: Cluster, jobs: list[str]
+) -> None:
+    """One job, two `srun rig train` steps at once with one name=: each its own folder, owned by its
+    step; a third step after them, resume=auto, finds the run finished: one line, nothing trained."""
+    cluster.check(f"cat > steps.sbatch <<'EOF'\n{STEPS_SCRIPT}EOF")
+    job_id = cluster.check("sbatch --parsable steps.sbatch").strip().split(";")[0]
+    jobs.append(job_id)
+    job = wait_ended(cluster, job_id)
+    _, out = cluster.run(f"cat steps-{job_id}.out")
+    assert job.state == "COMPLETED", (job.fields, out[-4000:])
+    dirs = run_dirs(cluster, "steps")
+    assert sorted(dirs) == ["steps", "steps-2"], (dirs, out[-4000:])
+    steps = {re.fullmatch(rf"slurm:yolo-rig:{job_id}\.(\d+)", owner) for owner in dirs.values()}
+    assert None not in steps and len({m.group(1) for m in steps if m}) == 2, dirs
+    later = out.split("INFO steps: the later step", 1)[1]
+    finished = [line for line in later.splitlines() if "is finished" in line and "nothing to train" in line]
+    assert len(finished) == 1 and f"{PROJECT_DIR}/steps" in finished[0], later[-4000:]
+    assert "Starting training" not in later, later[-4000:]
+    assert run_dirs(cluster, "steps") == dirs  # the later step made no folder

@@ -31,12 +31,12 @@ PROJECT_DIR = f"/workspace/runs/{USER}"
 RUNS = f"/shared/runs/{USER}"
 
 
-def train_args(epochs: int) -> str:
+def train_args(epochs: int, name: str = "") -> str:
     # cluster-up's 32 demo images at batch 2 over 2 ranks: 16 batches an epoch per rank (the stop
     # checks come every 10, so a stop lands inside an epoch or its validation).
     return (
         f"device=cpu --cpu-ranks 1 workers=2 data={DATA} model=yolo11n.yaml epochs={epochs} imgsz=64 "
-        f"batch=2 project={PROJECT_DIR} resume=auto plots=False"
+        f"batch=2 project={PROJECT_DIR} resume=auto plots=False" + (f" name={name}" if name else "")
     )
 
 
@@ -44,14 +44,14 @@ def run_dir(job_id: str) -> str:
     return f"{RUNS}/train-slurm-{job_id}"
 
 
-def last_pt(cluster: Cluster, job_id: str) -> dict[str, Any]:
+def last_pt(cluster: Cluster, job_id: str, folder: str | None = None) -> dict[str, Any]:
     """Where the run's last.pt continues ([epoch, done, batches]) and when rig wrote it."""
     script = (
         "import json, sys, torch; c = torch.load(sys.argv[1], map_location='cpu', weights_only=False); "
         "r = c.get('rig_resume') or {}; w = [r.get('epoch'), r.get('done'), r.get('batches')]; "
         "print(json.dumps({'where': w, 'saved': r.get('saved')}))"
     )
-    out = cluster.check(f'python -c "{script}" {run_dir(job_id)}/weights/last.pt', timeout=300)
+    out = cluster.check(f'python -c "{script}" {folder or run_dir(job_id)}/weights/last.pt', timeout=300)
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
@@ -83,11 +83,19 @@ def wait_training(cluster: Cluster, job_id: str) -> None:
     )
 
 
-def test_scancel_signal_term_saves_inside_the_epoch_with_workers(cluster: Cluster, jobs: list[str]) -> None:
-    job_id = cluster.submit(train_args(3))
+def test_scancel_signal_term_saves_inside_the_epoch_then_submitted_again_it_goes_on(
+    cluster: Cluster, jobs: list[str]
+) -> None:
+    """`scancel --signal=TERM` inside epoch 2 of a run with name=, then the same sbatch submitted
+    again: the new job (a new id) takes the ended job's folder over and continues at the saved batch,
+    in the one folder, each epoch once. The second job's MASTER_PORT, exported by hand inside the
+    ephemeral range (what enroot 3.x's hook would give), is one WARNING of node 0's."""
+    name = "again"
+    folder = f"{RUNS}/{name}"
+    job_id = cluster.submit(train_args(3, name))
     jobs.append(job_id)
     wait_training(cluster, job_id)
-    wait_until(lambda: cluster.results_epochs(run_dir(job_id)) == [1], timeout=RUN_TIMEOUT, interval=1)
+    wait_until(lambda: cluster.results_epochs(folder) == [1], timeout=RUN_TIMEOUT, interval=1)
     sent = float(cluster.check("date +%s.%N"))
     cluster.check(f"scancel --signal=TERM {job_id}")
     job = cluster.wait_job(job_id, ENDED, RUN_TIMEOUT)
@@ -95,11 +103,38 @@ def test_scancel_signal_term_saves_inside_the_epoch_with_workers(cluster: Cluste
     assert "rank 0: 2 loader workers for training" in out and "rank 1: 2 loader workers" in out, out[-4000:]
     assert "stop requested (signal 15)" in out, out[-4000:]
     assert "DataLoader worker" not in out and "Traceback" not in out and "Killed" not in out, out[-4000:]
+    assert "ephemeral range" not in out, out[-4000:]  # the sbatch's own port: above it
     assert job.fields.get("ExitCode") == "143:0", (job.fields, out[-4000:])  # every rank stopped on it
-    state = last_pt(cluster, job_id)
+    state = last_pt(cluster, job_id, folder)
     epoch, done, batches = state["where"]
     assert epoch >= 1 and 0 < done <= batches, state  # inside epoch 2 or later (or its validation)
     assert state["saved"] > sent, (state, sent)
+    # The cache in the job's temporary folder (no SLURM_TMPDIR or TMPDIR here: /tmp), private.
+    for node in ("node0", "node1"):
+        assert cluster.check(f"stat -c '%U %a' /tmp/yolo-rig-cache-{USER}", service=node).split() == [
+            USER,
+            "700",
+        ]
+
+    export = f"--export=ALL,TRAIN_ARGS={train_args(3, name)},MASTER_PORT=49159"
+    again = cluster.submit(train_args(3, name), export)
+    jobs.append(again)
+    ended = cluster.wait_job(again, ENDED, RUN_TIMEOUT)
+    out = cluster.output(again)
+    assert ended.state == "COMPLETED", (ended.fields, out[-4000:])
+    took = (
+        rf"resume=auto: {PROJECT_DIR}/{name} is job {job_id} step \d+ on cluster yolo-rig's, which no longer"
+    )
+    assert re.search(took, out), out[-4000:]
+    where = "at epoch 2/3 at batch" if epoch == 1 and done < batches else "at epoch"
+    assert f"continuing {PROJECT_DIR}/{name}/weights/last.pt {where}" in out, out[-4000:]
+    warnings = [line for line in out.splitlines() if "ephemeral range" in line]
+    assert (
+        len(warnings) == 1 and warnings[0].startswith("WARNING ") and "port 49159 is inside" in warnings[0]
+    ), warnings
+    assert cluster.results_epochs(folder) == [1, 2, 3], out[-4000:]  # each epoch once, in one folder
+    assert cluster.run(f"ls -d {folder}-2")[0] != 0
+    assert re.fullmatch(rf"slurm:yolo-rig:{again}\.\d+", cluster.check(f"cat {folder}/.rig-owner").strip())
 
 
 def test_the_time_limit_requeues_and_the_run_goes_on_inside_the_epoch(

@@ -154,4 +154,48 @@ def test_the_default_project_is_the_job_users_own_folder_on_the_shared_runs(tmp_
     assert run.returncode == 0, run.stdout + run.stderr
     args = (tmp_path / "srun").read_text().split()
     assert "project=/workspace/runs/bob" in args, args
-    assert "/local/scratch/bob/yolo-rig-cache:/cache" in " ".join(args), args
+    assert "/tmp/yolo-rig-cache-bob:/cache" in " ".join(args), args  # no SLURM_TMPDIR, no TMPDIR
+
+
+SRUN_ENV = '#!/bin/sh\ncase "$*" in *mkdir*) exit 0 ;; esac\necho "$MASTER_PORT $*" > "$STUB_DIR/srun"\n'
+
+
+@pytest.mark.parametrize(
+    ("env", "cache", "port"),
+    [
+        ({}, "/tmp/yolo-rig-cache-bob", "61078"),  # 61000 + 78 % 4536: above the ephemeral range
+        ({"TMPDIR": "/scratch/tmp"}, "/scratch/tmp/yolo-rig-cache-bob", "61078"),
+        ({"TMPDIR": "/t", "SLURM_TMPDIR": "/job/78"}, "/job/78/yolo-rig-cache-bob", "61078"),
+        ({"CACHE": "/local/mine", "MASTER_PORT": "29999"}, "/local/mine", "29999"),  # the user's win
+    ],
+)
+def test_the_cache_and_the_port_the_steps_get(
+    tmp_path: Path, env: dict[str, str], cache: str, port: str
+) -> None:
+    """The cache in the job's temporary folder (SLURM_TMPDIR, TMPDIR, else /tmp), and MASTER_PORT
+    exported for the steps (--container-env keeps it over enroot's hook: 3.x's is ephemeral)."""
+    stub_env = _stub_env(tmp_path, {"srun": SRUN_ENV}, SLURM_JOB_ID="78", SLURM_JOB_USER="bob", **env)
+    run = subprocess.run(
+        ["bash", str(REPO / "deploy/slurm.sbatch")],
+        cwd=tmp_path, env=stub_env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    got_port, *args = (tmp_path / "srun").read_text().split()
+    assert got_port == port and f"{cache}:/cache" in " ".join(args), (got_port, args)
+    assert "--container-env=MASTER_ADDR,MASTER_PORT" in args, args
+
+
+def test_a_cache_folder_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    readonly = tmp_path / "ro"
+    readonly.write_text("a file where a folder should be")
+    env = _stub_env(Path(tempfile.mkdtemp(dir=tmp_path)), {"srun": OWN_SRUN}, SLURM_JOB_ID="77")
+    env["TMPDIR"] = str(readonly / "tmp")  # under a file: mkdir fails
+    out = subprocess.run(
+        ["bash", str(REPO / "deploy/slurm.sbatch")], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    errors = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 1 and len(errors) == 1, out.stderr
+    assert errors[0].startswith(f"ERROR slurm.sbatch: cannot make {readonly}/tmp/yolo-rig-cache-") and (
+        "(Not a directory): set CACHE to a node-local folder of yours" in errors[0]
+    ), errors

@@ -130,6 +130,8 @@ def plan_launch(program: Sequence[str], topo: Topology, gpus: str | None = None)
     ddp.stop_grace(os.environ)
     node = nodes.node_spec(os.environ)
     nodes.check_master(node, nodes.resolve(node.master_addr) if node.nnodes > 1 and node.master_addr else [])
+    if warning := nodes.port_warning(node, nodes.ephemeral_ports()):
+        _logger.warning("%s", warning)
     gpu_ids = select_gpus(parse_gpus(gpus), topo)
     plan = make_plan(topo, gpu_ids)
     return Launch(

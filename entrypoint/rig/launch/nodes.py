@@ -8,8 +8,9 @@ torchrun's static rendezvous, which honours the node rank and MASTER_ADDR (job.t
 
 Slurm: the step's variables over the job's (`srun -N1` inside a two-node allocation is a one-node
 step); the node list read with python-hostlist, Slurm's own syntax (`gpu[01-02]-ib`, several
-brackets, padding); the port from the job id, as enroot's PyTorch hook computes it, so two jobs
-that share node 0 never collide. Slurm comes before Kubeflow because that hook (Pyxis, images with
+brackets, padding); the port from the job id, as enroot 4's PyTorch hook computes it (above the
+ephemeral range; enroot 3.x's is inside it, port_warning), so two jobs that share node 0 never
+collide. Slurm comes before Kubeflow because that hook (Pyxis, images with
 PYTORCH_VERSION) also sets MASTER_ADDR, WORLD_SIZE and RANK, counting tasks, not nodes.
 """
 
@@ -20,17 +21,23 @@ import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import hostlist  # type: ignore[import-untyped]
 
 from rig.errors import RigError
+from rig.launch import slurmjobs
 
 DEFAULT_PORT = 29500
 MAX_PORT = 65535
-# enroot's PyTorch hook (50-slurm-pytorch.sh): 61000 + job id mod 4536, ports 61000-65535, above
-# Linux's ephemeral range (32768-60999), so no outgoing connection of the node holds one.
+# A Slurm job's port: 61000 + job id mod 4536, ports 61000-65535, above Linux's default ephemeral
+# range (32768-60999), so no outgoing connection of the node holds one. enroot 4's PyTorch hook
+# (50-slurm-pytorch.sh) computes the same; enroot up to 3.5 computes 49152 + job id mod 16384,
+# inside that range (a port some connection may hold: EADDRINUSE at the rendezvous). The sbatch
+# exports MASTER_PORT itself, so neither hook's value applies; check_port warns of one that would.
 SLURM_PORT_BASE = 61000
 SLURM_PORT_SPAN = 4536
+EPHEMERAL_RANGE = "proc/sys/net/ipv4/ip_local_port_range"
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ def hostnames(nodelist: str, name: str = "SLURM_JOB_NODELIST") -> list[str]:
 
 
 def slurm_port(job_id: str) -> int | None:
-    """The job's rendezvous port (enroot's formula); None without a job id."""
+    """The job's rendezvous port (enroot 4's formula, the sbatch's); None without a job id."""
     return SLURM_PORT_BASE + int(job_id) % SLURM_PORT_SPAN if job_id.strip().isdigit() else None
 
 
@@ -138,6 +145,32 @@ def node_spec(environ: Mapping[str, str]) -> NodeSpec:
     return NodeSpec(nnodes, rank, addr, port, rdzv, source)
 
 
+def ephemeral_ports(root: Path = Path("/")) -> tuple[int, int] | None:
+    """The node's ephemeral port range (the ports the kernel gives outgoing connections), from
+    root's /proc/sys/net/ipv4/ip_local_port_range; None when it cannot be read."""
+    try:
+        low, high = (int(v) for v in (root / EPHEMERAL_RANGE).read_text()[:64].split())
+    except (OSError, ValueError):
+        return None
+    return (low, high) if 0 < low <= high <= MAX_PORT else None
+
+
+def port_warning(node: NodeSpec, ephemeral: tuple[int, int] | None) -> str | None:
+    """Several nodes and a rendezvous port inside node 0's ephemeral range: any outgoing connection
+    of node 0 may hold it when the store binds there (EADDRINUSE), by chance. None: nothing to say
+    (on the other nodes too: they only connect to it)."""
+    if node.nnodes <= 1 or node.node_rank != 0 or ephemeral is None:
+        return None
+    if not ephemeral[0] <= node.master_port <= ephemeral[1]:
+        return None
+    return (
+        f"the rendezvous port {node.master_port} is inside this node's ephemeral range "
+        f"{ephemeral[0]}-{ephemeral[1]} (/{EPHEMERAL_RANGE}): an outgoing connection may hold it when "
+        "node 0's store starts (EADDRINUSE); enroot 3.x's PyTorch hook picks such ports (49152 + job id "
+        "mod 16384): export MASTER_PORT above the range (the sbatch does: 61000 + job id mod 4536)"
+    )
+
+
 Resolver = Callable[[str], Sequence[str]]
 
 
@@ -199,6 +232,10 @@ RDZV_ID_ENV = "RDZV_ID"
 
 
 def job_identity(environ: Mapping[str, str]) -> str | None:
-    """Who owns a run directory (rig.launch.rundir): the scheduler's job (job_name), else RDZV_ID,
-    the one value every node of a run started by hand shares; None: this launch alone."""
+    """Who owns a run directory (rig.launch.rundir): a Slurm job's step on its cluster
+    (rig.launch.slurmjobs), another scheduler's job (job_name), else RDZV_ID, the one value every
+    node of a run started by hand shares; None: this launch alone."""
+    slurm = slurmjobs.from_environ(environ)
+    if slurm is not None:
+        return slurm.identity
     return job_name(environ) or environ.get(RDZV_ID_ENV, "").strip() or None

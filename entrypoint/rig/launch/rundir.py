@@ -5,8 +5,10 @@ the first free name by renaming a hidden folder that already holds its owner fil
 the job's identity, rig.launch.nodes.job_identity) onto it: the folder appears with its owner, at
 once, so two launches never get one folder, and the nodes of one job, each running `rig train`,
 end in the same one without talking: a node that finds its own job's folder takes it. A requeued job
-finds its own again (resume=auto continues it); another job with the same name= gets the next. A
-launch outside a scheduler has an owner of its own, so it always gets a new folder.
+finds its own again (resume=auto continues it); another job with the same name= gets the next,
+unless resume=auto found the folder's owner no longer running (rig.launch.slurmjobs): then the
+first job to mark the hand-over takes it over (`_take`), its owner file rewritten. A launch outside
+a scheduler has an owner of its own, so it always gets a new folder.
 
 `scan` reads what is there, `choose` decides (pure), `claim` is the one step that writes.
 
@@ -20,12 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import grp
+import hashlib
 import os
 import secrets
 import shutil
 import socket
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +54,7 @@ class Existing:
 class Choice:
     path: Path
     owned: bool  # the job's own folder, there already: nothing to claim
+    take_from: str | None = None  # the owner, no longer running, whose folder the job takes over
 
 
 def check_name(name: str) -> str:
@@ -144,16 +148,20 @@ def _opened(path: Path, dir_fd: int | None = None, name: str | None = None) -> I
 
 def _owner_of(folder: int, path: Path, uid: int) -> tuple[str | None, str | None]:
     """The owner file of an open, trusted run folder: (its identity, None) or (None, why not trusted)."""
+    return _read_owner(folder, path, OWNER_FILE, uid)
+
+
+def _read_owner(folder: int, path: Path, name: str, uid: int) -> tuple[str | None, str | None]:
     try:
-        fd = os.open(OWNER_FILE, _OPEN_FILE, dir_fd=folder)
+        fd = os.open(name, _OPEN_FILE, dir_fd=folder)
     except FileNotFoundError:
         return None, None
     except OSError:
-        return None, f"{path / OWNER_FILE} is {safefs.describe(OWNER_FILE, folder)}, not a regular file"
+        return None, f"{path / name} is {safefs.describe(name, folder)}, not a regular file"
     try:
         problem = safefs.distrust(os.fstat(fd), uid, folder=False)
         if problem:
-            return None, f"{path / OWNER_FILE} {problem}"
+            return None, f"{path / name} {problem}"
         text = os.read(fd, MAX_OWNER_BYTES).decode(errors="replace").strip()
     finally:
         os.close(fd)
@@ -218,11 +226,19 @@ def owns(existing: Existing, identity: str | None) -> bool:
     return identity is not None and existing.problem is None and existing.owner == identity
 
 
-def choose(project: Path, name: str, existing: list[Existing], identity: str | None) -> Choice:
-    """The job's own folder if it has one, else the first free name (to claim)."""
+def choose(
+    project: Path, name: str, existing: list[Existing], identity: str | None, takeable: Collection[str] = ()
+) -> Choice:
+    """The job's own folder if it has one; else the first whose owner is takeable (resume=auto of a
+    job submitted again: owners that no longer run, rig.launch.slurmjobs), to take over; else the
+    first free name (to claim)."""
     own = next((e for e in existing if owns(e, identity)), None)
     if own is not None:
         return Choice(own.path, owned=True)
+    if identity is not None:
+        taken = next((e for e in existing if e.problem is None and e.owner and e.owner in takeable), None)
+        if taken is not None:
+            return Choice(taken.path, owned=False, take_from=taken.owner)
     return Choice(project / (name if not existing else f"{name}-{len(existing) + 1}"), owned=False)
 
 
@@ -341,6 +357,31 @@ def _create(path: Path, owner: str, environ: Mapping[str, str]) -> bool:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _take(path: Path, old: str, owner: str, environ: Mapping[str, str]) -> bool:
+    """The folder of `old` (a job that no longer runs) made `owner`'s: the first job to link its
+    name at the hand-over's marker (one per previous owner: link(2) never replaces) takes it, and
+    every node of that job agrees; another job gets False. The folder is walked as scan trusts it."""
+    marker = f".rig-taken-{hashlib.sha256(old.encode()).hexdigest()[:16]}"
+    with _opened(path.parent) as pfd, _opened(path, pfd, path.name) as dfd:
+        if problem := safefs.distrust(os.fstat(dfd), os.geteuid(), folder=True):
+            raise _distrusted(path, problem)
+        mine = f".rig-take-{secrets.token_hex(6)}"
+        safefs.write_atomic(mine, (owner + "\n").encode(), dfd, file_mode(environ))
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.link(mine, marker, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+        finally:
+            os.unlink(mine, dir_fd=dfd)
+        winner, problem = _read_owner(dfd, path, marker, os.geteuid())
+        if problem or winner != owner:
+            return False
+        current, problem = _owner_of(dfd, path, os.geteuid())
+        if problem or current not in {old, owner}:
+            return False
+        safefs.write_atomic(OWNER_FILE, (owner + "\n").encode(), dfd, file_mode(environ))
+        return True
+
+
 def _make_weights(run_fd: int, environ: Mapping[str, str]) -> None:
     """weights/ made by rig with the run folder's mode: Ultralytics' own mkdir follows the umask (a
     group-writable folder under umask 002, where the group could swap a checkpoint)."""
@@ -368,9 +409,16 @@ def make_run_dir(path: Path, environ: Mapping[str, str] | None = None) -> None:
         _make_weights(dfd, env)
 
 
-def claim(project: Path, name: str, identity: str | None, environ: Mapping[str, str] | None = None) -> Path:
-    """The job's folder: its own if a node (or its run before a requeue) made it, else the first
-    free name, made with the job's owner file (a launch outside any job: an owner of its own)."""
+def claim(
+    project: Path,
+    name: str,
+    identity: str | None,
+    environ: Mapping[str, str] | None = None,
+    takeable: Collection[str] = (),
+) -> Path:
+    """The job's folder: its own if a node (or its run before a requeue) made it, else one whose
+    owner is takeable (taken over: _take), else the first free name, made with the job's owner file
+    (a launch outside any job: an owner of its own)."""
     env = os.environ if environ is None else environ
     owner = identity or launch_owner()
     path = project / name
@@ -378,8 +426,14 @@ def claim(project: Path, name: str, identity: str | None, environ: Mapping[str, 
         project.mkdir(parents=True, exist_ok=True)
         check_project(project)  # made by someone else meanwhile: never written into
         while True:
-            choice = choose(project, name, scan(project, name), identity)
+            choice = choose(project, name, scan(project, name), identity, takeable)
             path = choice.path
+            if choice.take_from is not None:
+                if _take(path, choice.take_from, owner, env):
+                    return path
+                # Another job took it first: its new owner is not takeable, the next scan moves on.
+                takeable = [t for t in takeable if t != choice.take_from]
+                continue
             # Taken meanwhile (a peer node of the job, another launch): the next scan sees it.
             if choice.owned or _create(path, owner, env):
                 return path

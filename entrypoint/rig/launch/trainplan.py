@@ -31,7 +31,7 @@ from rig.hardware import fabric
 from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.fabric import Fabric
 from rig.hardware.topology import Topology
-from rig.launch import autoresume, binding, ddp, job, nodes, rundir, steplevers, trainargs
+from rig.launch import autoresume, binding, ddp, job, nodes, rundir, slurmjobs, steplevers, trainargs
 from rig.yolo import datasets, gpubatch, tuning, ultra
 from rig.yolo.nodecache import buildlock, prepare
 
@@ -118,6 +118,7 @@ class Node:
 
     spec: nodes.NodeSpec
     master_addresses: list[str]  # what the master address resolves to on this node
+    ephemeral_ports: tuple[int, int] | None  # the kernel's range for outgoing connections
     topology: Topology
     identity: str | None  # the job's, which owns its run directory (rig.launch.nodes.job_identity)
     default_name: str  # train, or the job's train-<job>
@@ -138,8 +139,10 @@ def discover(
     read_topology: Callable[[], Topology],
     user_environ: Mapping[str, str],
     read_fabric: Callable[[], Fabric] | None = None,
+    proc_root: Path = Path("/"),
 ) -> Node:
-    """read_fabric: the fabric between nodes (several nodes only); None reads this machine's."""
+    """read_fabric: the fabric between nodes (several nodes only); None reads this machine's.
+    proc_root: where /proc is read (the ephemeral port range), a fake tree in tests."""
     spec = nodes.node_spec(environ)
     dirs = ultra.settings_dirs(environ)
     gpus, gpus_state = gpubatch.read_all()
@@ -155,6 +158,7 @@ def discover(
     return Node(
         spec=spec,
         master_addresses=nodes.resolve(spec.master_addr) if spec.nnodes > 1 and spec.master_addr else [],
+        ephemeral_ports=nodes.ephemeral_ports(proc_root),
         topology=read_topology(),
         identity=nodes.job_identity(environ),
         default_name=rundir.default_name(nodes.job_name(environ)),
@@ -177,6 +181,7 @@ class Run:
 
     located: trainargs.Located
     existing: list[rundir.Existing]  # its folders (name, name-2...) with their owners
+    owners: dict[str, slurmjobs.Verdict]  # resume=auto in a Slurm job: whether other jobs' still run
     state: autoresume.RunState | None  # resume=auto: the last.pt of the folder it would continue
     newest_last: Path | None  # resume=True without a checkpoint: the newest last.pt of the runs
     dataset: tuning.Dataset  # the size of the dataset it trains on
@@ -210,20 +215,38 @@ def discover_run(args: Mapping[str, str], node: Node) -> Run:
     rundir.check_project(where.project)
     check_resumed(args)
     existing = rundir.scan(where.project, where.name)
-    state = None
+    state, owners = None, {}
     if where.auto_resume:
-        folder = _folder(where, existing, node.identity, auto=True)
+        owners = owner_verdicts(existing, node.identity)
+        folder = _folder(where, existing, node.identity, auto=True, owners=owners)
         state = autoresume.read_state(folder.path)
     elif args.get("exist_ok", "").strip().lower() == "true" and trainargs.resume_of(args) is False:
         rundir.check_run_dir(where.project / where.name)
     return Run(
         located=where,
         existing=existing,
+        owners=owners,
         state=state,
         newest_last=newest_last(node.runs_dir) if where.newest_last_wanted else None,
         dataset=tuning.size_dataset(where.data),
         classes=gpubatch.classes(where.data, ultra.datasets_dir()),
     )
+
+
+def owner_verdicts(
+    existing: Sequence[rundir.Existing], identity: str | None, run: slurmjobs.Runner = slurmjobs.run_squeue
+) -> dict[str, slurmjobs.Verdict]:
+    """resume=auto in a Slurm job: for each folder of the run another Slurm job (or step) owns,
+    whether that owner still runs (squeue, rig.launch.slurmjobs); {} outside Slurm."""
+    me = slurmjobs.parse(identity)
+    if me is None:
+        return {}
+    out: dict[str, slurmjobs.Verdict] = {}
+    for e in existing:
+        owner = slurmjobs.parse(e.owner) if e.problem is None and e.owner != identity else None
+        if owner is not None and e.owner is not None and e.owner not in out:
+            out[e.owner] = slurmjobs.verdict(owner, me, run)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,6 +281,8 @@ def check_node(node: Node) -> None:
     ddp.checkpoint_every(node.environ)
     buildlock.stall_s(node.environ)
     nodes.check_master(node.spec, node.master_addresses)
+    if warning := nodes.port_warning(node.spec, node.ephemeral_ports):
+        _logger.warning("%s", warning)
 
 
 def world_line(devices: Devices, node: nodes.NodeSpec, per_node: int) -> str:
@@ -288,6 +313,8 @@ class RunDir:
     claim: bool  # a new folder, or the job's own: rundir.claim takes it; False: used as it is
     identity: str | None
     name: str  # the name the sequence name, name-2... starts from
+    takeable: tuple[str, ...] = ()  # owners that no longer run: their folders may be taken over
+    take_from: str | None = None  # the owner whose folder this is, taken over (rundir.choose)
 
 
 def _folder(
@@ -297,13 +324,48 @@ def _folder(
     *,
     auto: bool = False,
     exist_ok: bool = False,
+    owners: Mapping[str, slurmjobs.Verdict] | None = None,
 ) -> RunDir:
     """The run's folder: project/name as it is for the user's exist_ok=True, or for resume=auto
-    outside a scheduler's job; else the job's own, or the first free name (claimed later)."""
+    outside a scheduler's job; else the job's own, or (resume=auto: the same name submitted again)
+    the first one whose owner no longer runs, or the first free name (claimed later)."""
     if exist_ok or (auto and identity is None):
         return RunDir(where.project / where.name, False, identity, where.name)
-    choice = rundir.choose(where.project, where.name, existing, identity)
-    return RunDir(choice.path, True, identity, where.name)
+    verdicts = owners or {}
+    takeable = tuple(o for o, v in verdicts.items() if v.state == slurmjobs.GONE) if auto else ()
+    choice = rundir.choose(where.project, where.name, existing, identity, takeable)
+    return RunDir(choice.path, True, identity, where.name, takeable, choice.take_from)
+
+
+def folder_note(
+    folder: RunDir, existing: Sequence[rundir.Existing], owners: Mapping[str, slurmjobs.Verdict]
+) -> tuple[bool, str] | None:
+    """resume=auto in a Slurm job: why this folder and not the run's earlier ones, as (a WARNING?,
+    the line); None when there is nothing to say."""
+    if folder.take_from is not None:
+        return False, (
+            f"resume=auto: {folder.path} is {_who(folder.take_from)}'s, which no longer runs "
+            f"({owners[folder.take_from].why}): this job takes it over"
+        )
+    others = [(e, owners[e.owner]) for e in existing if e.owner is not None and e.owner in owners]
+    others = [(e, v) for e, v in others if e.path != folder.path]
+    unknown = [(e, v) for e, v in others if v.state == slurmjobs.UNKNOWN]
+    if unknown:
+        e, v = unknown[0]
+        return True, (
+            f"resume=auto: cannot ask Slurm whether {_who(e.owner)} (the owner of {e.path}) still runs "
+            f"({v.why}): trained in {folder.path} instead; where squeue cannot run in the container, "
+            f"continue that run with resume=True model={e.path / 'weights' / 'last.pt'}"
+        )
+    if others:
+        busy = ", ".join(f"{e.path.name} ({_who(e.owner)}: {v.why})" for e, v in others)
+        return False, f"resume=auto: not taking over {busy}: this job trains in {folder.path}"
+    return None
+
+
+def _who(owner: str | None) -> str:
+    parsed = slurmjobs.parse(owner)
+    return parsed.describe() if parsed else str(owner)
 
 
 @dataclass(frozen=True)
@@ -318,6 +380,7 @@ class Plan:
     task: str  # detect, segment...: how the dataset is checked
     prepare: bool  # the launcher prepares the data before the ranks start
     done: str | None = None  # nothing to run (resume=auto of a finished run): why
+    take: RunDir | None = None  # resumed in a folder taken over from a job that no longer runs
 
 
 def _auto_resume(
@@ -360,12 +423,15 @@ def decide(request: Request, node: Node, run: Run) -> Plan:
     if node.fabric is not None:
         log_fabric(devices, node.fabric)
     args, folder = dict(request.args), None
+    take = None
     if run.located.auto_resume:
-        args, folder, done = _auto_resume(
-            args, _folder(run.located, run.existing, node.identity, auto=True), run.state
-        )
+        auto = _folder(run.located, run.existing, node.identity, auto=True, owners=run.owners)
+        if note := folder_note(auto, run.existing, run.owners):
+            (_logger.warning if note[0] else _logger.info)("%s", note[1])
+        args, folder, done = _auto_resume(args, auto, run.state)
         if done:
             return Plan(devices, spec, placed, args, {}, (), None, "", False, done)
+        take = auto if folder is None and auto.take_from is not None else None
     decided = trainargs.decide(
         args,
         world=world,
@@ -389,7 +455,7 @@ def decide(request: Request, node: Node, run: Run) -> Plan:
     unset = tuple(v for v in RENDEZVOUS_VARIABLES if v in node.environ) if alone else ()
     task = trainargs.guess_task(decided.args)
     wanted = prepare.wanted(decided.args, task, world)
-    return Plan(devices, spec, placed, decided.args, env, unset, folder, task, wanted)
+    return Plan(devices, spec, placed, decided.args, env, unset, folder, task, wanted, take=take)
 
 
 def _run_gpus(placed: Ranks, node: Node) -> tuple[list[gpubatch.GpuMemory], str]:
@@ -449,13 +515,23 @@ def _step_levers(
 def reserve_run_dir(plan: Plan) -> Plan:
     """Claim the run's folder (rig.launch.rundir): the one the plan names, or, when another launch
     took that name meanwhile, the next; the nodes of one job all end in the same."""
+    if plan.take is not None:  # resumed from its last.pt: the folder must be this job's before
+        path = rundir.claim(
+            plan.take.path.parent, plan.take.name, plan.take.identity, None, plan.take.takeable
+        )
+        if path != plan.take.path:
+            raise RigError(
+                f"resume=auto: another job took over {plan.take.path} meanwhile; submit this one again "
+                "to continue the next folder of the run, or give another name="
+            )
+        return plan
     run = plan.run
     if run is None:
         return plan
     if not run.claim:
         rundir.make_run_dir(run.path)
         return plan
-    path = rundir.claim(run.path.parent, run.name, run.identity)
+    path = rundir.claim(run.path.parent, run.name, run.identity, None, run.takeable)
     if path != run.path:  # another launch took the name between the decision and the claim
         _logger.info("run directory: %s (%s was taken meanwhile)", path, run.path.name)
     return dataclasses.replace(plan, run=dataclasses.replace(run, path=path, claim=False))

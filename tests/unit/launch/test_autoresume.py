@@ -167,6 +167,11 @@ def test_resume_auto_with_a_name_continues_the_jobs_own_folder(
     (runs / "exp/weights").mkdir(exist_ok=True)
     (runs / "exp/weights/last.pt").write_bytes(b"x")
     monkeypatch.setattr(autoresume, "_load", lambda _p: _ckpt(1, done=4))
+    # Job 77 waits in the queue, requeued (squeue's answer): its folder is still its own.
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/squeue").write_text("#!/bin/sh\necho PENDING\n")
+    (tmp_path / "bin/squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}/bin:{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_JOB_ID", "78")
     code, err, args = _run(tmp_path, capsys, "name=exp")
     assert code == 0 and f"no last.pt in {runs}/exp-2: starting the run there" in err, err

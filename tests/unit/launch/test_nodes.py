@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import subprocess
 from typing import Any
 
@@ -209,3 +211,70 @@ def test_deploy_files_run_the_same_image_and_command() -> None:
     sbatch = repo / "deploy/slurm.sbatch"
     assert subprocess.run(["bash", "-n", str(sbatch)], check=False).returncode == 0
     assert "rig train" in sbatch.read_text()
+
+
+def _proc(tmp_path: Any, text: str | None) -> Any:
+    """A fake root whose /proc/sys/net/ipv4/ip_local_port_range holds text (None: no such file)."""
+    if text is not None:
+        path = tmp_path / nodes.EPHEMERAL_RANGE
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [("32768\t60999\n", (32768, 60999)), ("1024 65535", (1024, 65535)), ("garbage", None), (None, None)],
+)
+def test_the_ephemeral_range_is_read_from_proc(tmp_path: Any, text: str | None, found: Any) -> None:
+    assert nodes.ephemeral_ports(_proc(tmp_path, text)) == found
+
+
+def test_a_rendezvous_port_inside_the_ephemeral_range_is_a_warning() -> None:
+    linux = (32768, 60999)
+    enroot3 = nodes.node_spec(
+        {"SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7",
+         "MASTER_PORT": str(7 % 16384 + 49152)}  # what enroot 3.x's hook sets
+    )  # fmt: skip
+    said = nodes.port_warning(enroot3, linux)
+    assert said is not None and "49159 is inside this node's ephemeral range 32768-60999" in said, said
+    enroot4 = dataclasses.replace(enroot3, master_port=nodes.slurm_port("7") or 0)  # 61007: above it
+    assert nodes.port_warning(enroot4, linux) is None
+    assert nodes.port_warning(enroot3, (61000, 65535)) is None  # a site's own range
+    assert nodes.port_warning(dataclasses.replace(enroot3, nnodes=1), linux) is None  # one node: port 0
+    assert nodes.port_warning(dataclasses.replace(enroot3, node_rank=1), linux) is None  # binds nothing
+    assert nodes.port_warning(enroot3, None) is None
+
+
+def test_rig_train_warns_once_of_an_ephemeral_port(tmp_path: Any, caplog: Any, monkeypatch: Any) -> None:
+    """The whole decision of a two-node Slurm launch, the node's range read from a fake /proc."""
+    import rig
+    from rig.launch import job, trainplan
+
+    from tests.helpers.fakesys import FakeSys
+
+    FakeSys(tmp_path / "sys").node(0, "0-3").online("0-3")
+    env = {
+        "PATH": "/usr/bin:/bin", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0",
+        "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7", "MASTER_PORT": "49159",
+        "MASTER_ADDR": "203.0.113.7",
+    }  # fmt: skip
+    monkeypatch.setattr(logging.getLogger("rig"), "level", logging.INFO)
+    kv = [
+        "device=cpu",
+        "data=x.yaml",
+        "model=m.yaml",
+        f"project={tmp_path}/runs",
+        "name=exp",
+        "exist_ok=True",
+    ]
+    request = trainplan.parse(kv, gpus=None, cpu_ranks_given="1", environ=env)
+    for text, warned in (("32768 60999", 1), ("1024 40000", 0)):
+        caplog.clear()
+        root = tmp_path / f"root-{warned}"
+        node = trainplan.discover(
+            env, lambda: job.topology(str(tmp_path / "sys")), rig.USER_ENVIRON, _proc(root, text)
+        )
+        trainplan.decide(request, node, trainplan.discover_run(request.args, node))
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len([w for w in warnings if "ephemeral range" in w]) == warned, warnings

@@ -93,3 +93,64 @@ def test_the_claim_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
         RigError, match=r"cannot create the run directory .*file/train .*give project= a writable"
     ):
         rundir.claim(tmp_path / "file", "train", None)
+
+
+def test_a_folder_whose_job_no_longer_runs_is_taken_over_once(tmp_path: Path) -> None:
+    # Job 42 made exp and ended; job 43, the same name= submitted again (resume=auto), takes it
+    # over: its owner file names job 43 from then on, so 43's other nodes (and a requeue) find it
+    # as theirs, and a job 44 racing for the same hand-over gets the next folder.
+    old, new = "slurm:hpc:42.0", "slurm:hpc:43.0"
+    assert rundir.claim(tmp_path, "exp", old) == tmp_path / "exp"
+    assert rundir.choose(tmp_path, "exp", rundir.scan(tmp_path, "exp"), new, [old]) == rundir.Choice(
+        tmp_path / "exp", owned=False, take_from=old
+    )
+    assert rundir.claim(tmp_path, "exp", new) == tmp_path / "exp-2"  # not takeable: a new folder
+    (tmp_path / "exp-2").rename(tmp_path / "elsewhere")
+    assert rundir.claim(tmp_path, "exp", new, takeable=[old]) == tmp_path / "exp"
+    assert rundir.read_owner(tmp_path / "exp") == new
+    assert rundir.claim(tmp_path, "exp", new, takeable=[old]) == tmp_path / "exp"  # a peer node of 43
+    assert rundir.claim(tmp_path, "exp", "slurm:hpc:44.0", takeable=[old]) == tmp_path / "exp-2"
+    # Without a job (identity None) nothing is ever taken over.
+    assert rundir.choose(tmp_path, "exp", rundir.scan(tmp_path, "exp"), None, [new]).take_from is None
+
+
+_TAKE = """
+import json, sys
+from pathlib import Path
+from rig.launch import rundir
+print(json.dumps(str(rundir.claim(Path(sys.argv[1]), "exp", sys.argv[2], takeable=["slurm:hpc:42.0"]))))
+"""
+
+
+def test_two_jobs_taking_over_one_folder_at_once_each_end_in_one(tmp_path: Path) -> None:
+    # Three nodes each of jobs 43 and 44, both submitted again for job 42's ended run: one job takes
+    # exp (all its nodes), the other makes exp-2 (all its nodes).
+    rundir.claim(tmp_path, "exp", "slurm:hpc:42.0")
+    env = {"PYTHONPATH": str(ENTRYPOINT)}
+    owners = ["slurm:hpc:43.0", "slurm:hpc:44.0"] * 3
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _TAKE, str(tmp_path), o], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for o in owners
+    ]
+    got = [Path(json.loads(p.communicate(timeout=120)[0])).name for p in procs]
+    by_owner: dict[str, set[str]] = {}
+    for owner, name in zip(owners, got, strict=True):
+        by_owner.setdefault(owner, set()).add(name)
+    assert sorted(n for names in by_owner.values() for n in names) == ["exp", "exp-2"], by_owner
+    for owner, (name,) in by_owner.items():
+        assert rundir.read_owner(tmp_path / name) == owner
+
+
+def test_a_hand_over_under_way_is_never_made_twice(tmp_path: Path) -> None:
+    # Job 43 has linked its name at the hand-over's marker, its owner file not written yet (as
+    # between the two steps): job 44, which read the same old owner, does not take the folder; a
+    # peer node of 43 does.
+    old = "slurm:hpc:42.0"
+    run = rundir.claim(tmp_path, "exp", old)
+    assert rundir._take(run, old, "slurm:hpc:43.0", {})
+    (run / rundir.OWNER_FILE).write_text(old + "\n")  # 43's owner file not yet there
+    assert not rundir._take(run, old, "slurm:hpc:44.0", {})
+    assert rundir.read_owner(run) == old
+    assert rundir._take(run, old, "slurm:hpc:43.0", {}) and rundir.read_owner(run) == "slurm:hpc:43.0"
