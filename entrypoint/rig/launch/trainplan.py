@@ -138,6 +138,7 @@ def discover(
     environ: Mapping[str, str],
     read_topology: Callable[[], Topology],
     user_environ: Mapping[str, str],
+    *,
     read_fabric: Callable[[], Fabric] | None = None,
     proc_root: Path = Path("/"),
 ) -> Node:
@@ -593,7 +594,7 @@ def plan_train(
     """The whole pipeline: what `rig train` runs (a dry run: the same, without the two writing steps)."""
     env = os.environ if environ is None else environ
     request = parse(kv_args, gpus=gpus, cpu_ranks_given=cpu_ranks_given, environ=env)
-    node = discover(env, read_topology, rig.USER_ENVIRON, read_fabric)
+    node = discover(env, read_topology, rig.USER_ENVIRON, read_fabric=read_fabric)
     plan = decide(request, node, discover_run(request.args, node))
     if not dry_run and not plan.done:
         plan = reserve_run_dir(prepare_data(plan))

@@ -273,7 +273,7 @@ def test_rig_train_warns_once_of_an_ephemeral_port(tmp_path: Any, caplog: Any, m
         caplog.clear()
         root = tmp_path / f"root-{warned}"
         node = trainplan.discover(
-            env, lambda: job.topology(str(tmp_path / "sys")), rig.USER_ENVIRON, _proc(root, text)
+            env, lambda: job.topology(str(tmp_path / "sys")), rig.USER_ENVIRON, proc_root=_proc(root, text)
         )
         trainplan.decide(request, node, trainplan.discover_run(request.args, node))
         warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
