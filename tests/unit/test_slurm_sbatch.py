@@ -40,10 +40,10 @@ def _stub_env(tmp_path: Path, stubs: dict[str, str], **env: str) -> dict[str, st
     return {"PATH": f"{folder}:{os.environ['PATH']}", "STUB_DIR": str(tmp_path), "HOME": str(tmp_path), **env}
 
 
-def _run(tmp_path: Path, rc: int, warn: bool) -> tuple[int, str, Path]:
+def _run(tmp_path: Path, rc: int, warn: bool, scancel: str = SCANCEL) -> tuple[int, str, Path]:
     env = _stub_env(
         tmp_path,
-        {"srun": SRUN, "scancel": SCANCEL, "scontrol": SCONTROL},
+        {"srun": SRUN, "scancel": scancel, "scontrol": SCONTROL},
         STUB_RC=str(rc),
         SLURM_JOB_ID="77",
         USER="someone",
@@ -76,6 +76,14 @@ def test_the_time_limit_requeues_a_job_whose_ranks_stopped_on_the_signal(tmp_pat
     assert (stub / "scancel").read_text().split() == ["--signal=TERM", "77"]
     assert (stub / "scontrol").read_text().split() == ["requeue", "77"], out
     assert (stub / "grace").read_text().strip() == "90"  # the ranks' grace, inside the budget
+
+
+def test_ranks_that_stop_while_the_warning_is_handled_are_requeued(tmp_path: Path) -> None:
+    """srun ends while the script is still in its USR1 trap (scancel returns late): the status taken
+    is srun's own (143), not the interrupted `wait`'s (138), so the job is requeued."""
+    slow_scancel = SCANCEL + "sleep 0.5\n"
+    code, out, stub = _run(tmp_path, 143, warn=True, scancel=slow_scancel)
+    assert code == 0 and (stub / "scontrol").read_text().split() == ["requeue", "77"], out
 
 
 @pytest.mark.parametrize("rc", [1, 137, 0])
