@@ -297,19 +297,25 @@ def _exit_code(trainer: Any, rank: int) -> int:
             "stopped by signal %d; kept %s; %s",
             agreed,
             last,
-            resume_hint(last, int(getattr(trainer, "epoch", 0))),
+            resume_hint(last, int(getattr(trainer, "epoch", 0)), int(getattr(trainer, "epochs", 0))),
         )
     return 128 + agreed
 
 
-def resume_hint(last: Path | None, epoch: int) -> str:
-    """How to continue a run stopped in `epoch` (0-based): rig's resume first (exactly where it
-    stopped); stock Ultralytics' only from the second epoch on (it reruns the interrupted epoch, and
-    does not resume a checkpoint of the first: a new run, or "nothing to resume")."""
-    hint = f"continue with the same `rig train` command and resume=auto (or resume=True model={last})"
+def resume_hint(last: Path | None, epoch: int, epochs: int) -> str:
+    """How to continue a run of `epochs` stopped in `epoch` (0-based): rig's resume first (exactly
+    where it stopped), then what stock Ultralytics' resume does with the checkpoint (it resumes at
+    the epoch after its `epoch` key, in the run's folder: rig.yolo.resumable.stock_epoch)."""
+    hint = (
+        f"continue exactly where it stopped with the same `rig train` command and resume=auto "
+        f"(or `rig train resume=True model={last}`)"
+    )
+    stock = f"stock Ultralytics' `yolo train resume=True model={last}`"
     if epoch >= 1:
-        hint += f"; stock Ultralytics reruns epoch {epoch + 1}: `yolo train resume=True model={last}`"
-    return hint
+        return f"{hint}; {stock} reruns epoch {epoch + 1} from its start"
+    if epochs > 1:
+        return f"{hint}; {stock} continues at epoch 2 (the rest of epoch 1 is not trained)"
+    return f"{hint}; {stock} takes this 1-epoch run as finished"
 
 
 if __name__ == "__main__":

@@ -14,8 +14,13 @@ The random draws need nothing saved (rig.yolo.draws): the epoch and the batch de
 learning rate and warmup follow from the iteration count, as in Ultralytics' loop; early stopping,
 the best fitness, the EMA's updates and the AMP scaler are Ultralytics' own keys.
 
-Ultralytics' `epoch` key stays "the last whole epoch", so stock Ultralytics resumes a rig checkpoint
-at the start of the interrupted epoch.
+Ultralytics' `epoch` key says where stock Ultralytics resumes (`yolo train resume=True
+model=last.pt`, in the run's own folder, at the epoch after it). From the second epoch on it is the
+last whole epoch, so stock Ultralytics reruns the interrupted epoch from its start. Stock
+Ultralytics never resumes at the first epoch (it takes a key below 0 for "nothing to resume": a new
+run in a new folder, or an error), so a checkpoint of the first epoch says 0: stock Ultralytics
+continues at the second epoch from the weights saved at the stop, and the rest of the first epoch is
+not trained. rig reads its own position (`position`), never this key.
 """
 
 from __future__ import annotations
@@ -125,6 +130,12 @@ def scale_of(scaler: Any) -> float:
     return float(scaler.get_scale())
 
 
+def stock_epoch(epoch: int) -> int:
+    """Ultralytics' `epoch` key of a checkpoint continuing in `epoch` (0-based): the last whole epoch,
+    and 0 inside the first (see the module's doc)."""
+    return max(epoch - 1, 0)
+
+
 def contents(
     trainer: Any,
     epoch: int,
@@ -142,7 +153,7 @@ def contents(
     batches = len(trainer.train_loader)
     trained = epoch * batches + done - 1  # the iteration of the last batch trained
     return {
-        "epoch": epoch - 1,  # Ultralytics': the last whole epoch
+        "epoch": stock_epoch(epoch),
         "best_fitness": trainer.best_fitness,
         "stopper": {"best_fitness": trainer.stopper.best_fitness, "best_epoch": trainer.stopper.best_epoch},
         "model": None,

@@ -38,7 +38,7 @@ def _ckpt(
         (None, "fresh"),
         (_ckpt(0), "resume"),  # epoch 1 of 3 saved
         (_ckpt(1), "resume"),
-        (_ckpt(-1, done=4), "resume"),  # stopped in the first epoch
+        (_ckpt(-1, done=4), "resume"),  # stopped in the first epoch (as rig wrote it before)
         (_ckpt(1, done=4), "resume"),
         (_ckpt(1, done=10), "resume"),  # stopped during the validation of epoch 3
         (_ckpt(1, done=0), "resume"),  # rig's end of epoch 2
@@ -52,6 +52,25 @@ def test_the_decision_follows_last_pt(tmp_path: Path, ckpt: dict[str, Any] | Non
         (tmp_path / "weights").mkdir()
         (tmp_path / "weights/last.pt").write_bytes(b"x")
     state = autoresume.read_state(tmp_path, load=lambda _p: ckpt or {})
+    assert autoresume.decide(tmp_path, state).kind == kind
+
+
+@pytest.mark.parametrize(
+    ("epoch", "done", "kind"),
+    [(0, 4, "resume"), (0, 10, "resume"), (1, 0, "finished")],
+    ids=["inside-the-epoch", "trained-its-validation-next", "its-end"],
+)
+def test_a_one_epoch_run_stopped_in_its_epoch_is_not_finished(
+    tmp_path: Path, epoch: int, done: int, kind: str
+) -> None:
+    """rig's first-epoch checkpoint tells stock Ultralytics epoch 0 (as its end of epoch 1 does):
+    resume=auto reads rig's position, not that key."""
+    ckpt = _ckpt(resumable.stock_epoch(epoch), epochs=1)
+    ckpt[resumable.RESUME_KEY] = {"format": 1, "epoch": epoch, "done": done, "batches": 10}
+    assert ckpt["epoch"] == 0
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights/last.pt").write_bytes(b"x")
+    state = autoresume.read_state(tmp_path, load=lambda _p: ckpt)
     assert autoresume.decide(tmp_path, state).kind == kind
 
 

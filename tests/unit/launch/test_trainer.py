@@ -133,12 +133,15 @@ def test_exit_code_follows_the_agreed_stop_not_the_local_signal(monkeypatch: pyt
     assert trainer._exit_code(stopped, rank=0) == 143
 
 
-def test_the_closing_hint_names_rigs_resume_first_and_stock_ultralytics_only_where_it_resumes() -> None:
+def test_the_closing_hint_names_rigs_resume_first_then_what_stock_ultralytics_does() -> None:
     from rig.launch import trainer
 
-    first = trainer.resume_hint(Path("w/last.pt"), 0)
-    assert first.startswith("continue with the same `rig train` command and resume=auto")
-    assert "resume=True model=w/last.pt" in first and "yolo train" not in first  # stock: nothing to resume
-    later = trainer.resume_hint(Path("w/last.pt"), 4)
-    assert later.startswith("continue with the same `rig train`")
-    assert later.endswith("stock Ultralytics reruns epoch 5: `yolo train resume=True model=w/last.pt`")
+    rig = "continue exactly where it stopped with the same `rig train` command and resume=auto"
+    stock = "; stock Ultralytics' `yolo train resume=True model=w/last.pt`"
+    first = trainer.resume_hint(Path("w/last.pt"), 0, 3)
+    assert first.startswith(rig) and "(or `rig train resume=True model=w/last.pt`)" in first
+    assert first.endswith(f"{stock} continues at epoch 2 (the rest of epoch 1 is not trained)")
+    only = trainer.resume_hint(Path("w/last.pt"), 0, 1)
+    assert only.startswith(rig) and only.endswith(f"{stock} takes this 1-epoch run as finished")
+    later = trainer.resume_hint(Path("w/last.pt"), 4, 10)
+    assert later.startswith(rig) and later.endswith(f"{stock} reruns epoch 5 from its start")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from rig.yolo import resumable
 
 
@@ -63,10 +64,19 @@ def _trainer(scaler_enabled: bool) -> SimpleNamespace:
     )
 
 
-def _contents(trainer: SimpleNamespace, done: int, last_opt_step: int) -> dict[str, Any]:
+def _contents(trainer: SimpleNamespace, done: int, last_opt_step: int, epoch: int = 2) -> dict[str, Any]:
     git = SimpleNamespace(root="/", branch=None, commit=None, message=None, origin=None)
     return resumable.contents(
-        trainer, 2, done, last_opt_step, None, model=_Model(), ema="ema", modelopt=None, git=git, version="8"
+        trainer,
+        epoch,
+        done,
+        last_opt_step,
+        None,
+        model=_Model(),
+        ema="ema",
+        modelopt=None,
+        git=git,
+        version="8",
     )
 
 
@@ -84,3 +94,33 @@ def test_the_saved_state_holds_the_scaler_and_the_scale_its_gradients_were_accum
 def test_gradients_are_kept_only_when_batches_were_trained_since_the_last_step() -> None:
     stepped = _contents(_trainer(scaler_enabled=False), done=5, last_opt_step=24)  # 2 * 10 + 5 - 1
     assert stepped[resumable.RESUME_KEY]["gradients"] == {}
+
+
+def _stock_start(ckpt: dict[str, Any], epochs: int) -> int | None:
+    """Where stock Ultralytics 8.4 resumes a checkpoint (Model.train, BaseTrainer.resume_training):
+    at its `epoch` key + 1; None where it does not (a new run in a new folder, or "nothing to
+    resume")."""
+    if ckpt["epoch"] < 0 or ckpt["optimizer"] is None:
+        return None
+    start = ckpt["epoch"] + 1
+    return start if 0 < start < epochs else None
+
+
+@pytest.mark.parametrize(
+    ("epoch", "done", "stock"),
+    [
+        (0, 5, 1),  # inside the first epoch: stock continues at the second (its rest is not trained)
+        (0, 10, 1),  # the first epoch trained, its validation next
+        (1, 0, 1),  # the first epoch's end
+        (1, 5, 1),  # inside the second: stock reruns it from its start
+        (2, 5, 2),
+        (2, 0, 2),
+    ],
+)
+def test_stock_ultralytics_resumes_every_checkpoint_and_rig_its_own_position(
+    epoch: int, done: int, stock: int
+) -> None:
+    ckpt = _contents(_trainer(scaler_enabled=False), done=done, last_opt_step=-1, epoch=epoch)
+    assert _stock_start(ckpt, epochs=3) == stock
+    where = resumable.position(ckpt)
+    assert where is not None and (where.epoch, where.done) == (epoch, done)

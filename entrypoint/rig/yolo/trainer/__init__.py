@@ -377,12 +377,13 @@ def trainer_class(base: type, rank: Rank) -> type:
                 super().resume_training(ckpt)  # Ultralytics' "finished, nothing to resume"
                 return
             if where.epoch == 0:
-                # Ultralytics refuses epoch -1 as "finished". Loading the optimizer, EMA and best
+                # Ultralytics' resume starts at its `epoch` key + 1, never at epoch 0 (the key says 0
+                # inside the first epoch, for stock Ultralytics). Loading the optimizer, EMA and best
                 # fitness is all its resume adds to a fresh start at epoch 0.
                 self._load_checkpoint_state(ckpt)
-                self.start_epoch = 0
             else:
                 super().resume_training(ckpt)
+            self.start_epoch = where.epoch  # rig's position, not Ultralytics' key
             self.rig_pending = resumable.restore(self, ckpt)
             if rank.is_first():
                 _logger.info("resuming %s: %s", self.args.model, where.describe(self.epochs))
