@@ -89,7 +89,7 @@ def test_the_entrypoint_runs_once_per_node_and_its_environment_reaches_every_tas
     assert [r[:3] for r in rows] == [["0", "0", "order=PCI_BUS_ID"], ["1", "1", "order=PCI_BUS_ID"]], out
     step = rows[0][3]
     uid = cluster.check("id -u").strip()
-    runs = cluster.check(f"cat /tmp/pyxis-stand-in-{uid}/{step}.entrypoint-runs", service="node0")
+    runs = cluster.check(f"cat /tmp/pyxis-stand-in-{uid}/{step}.0.entrypoint-runs", service="node0")
     assert runs.split() == ["node0"], runs  # two tasks, one entrypoint
     # Without --container-entrypoint, nothing of it.
     plain = cluster.check(f"srun -N1 --nodelist=node0 --container-image=x {probe}")
