@@ -11,20 +11,30 @@ is expected becomes a `Skipped` with the reason, which callers log once and step
 A user's own inputs (a data yaml, an image, a token file) are read with `open_input`/`read_input`:
 links are followed, as the user meant them, but only a regular file is read, so a FIFO or a device
 never blocks the reader and a huge file is refused before it is read.
+
+What a job on shared storage may trust (its run folders, checkpoints, owner files, cache files) is
+one rule, `distrust`, as OpenSSH's `safe_path` and sudo put it: the entry and every folder above it
+belong to the user or root, and none can be written by another user, unless it is a folder with the
+sticky bit owned by root or the user (others may add entries there, never rename or remove one they
+do not own), or the writer is the group the user named in RIG_SHARE_GROUP. `open_trusted` applies it
+from `/` down, one descriptor at a time, never following a link: what it returns is what it checked.
 """
 
 from __future__ import annotations
 
 import contextlib
+import grp
 import os
 import pwd
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+from rig.errors import RigError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
@@ -60,19 +70,144 @@ def owner_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def distrust(st: os.stat_result, uid: int, *, folder: bool) -> str | None:
-    """Why an entry (its lstat or fstat) is not one uid may trust: a link, not the kind wanted, another
-    user's, writable by others (group or world: they could swap what is inside); None when it is."""
+SHARE_GROUP_ENV = "RIG_SHARE_GROUP"  # the one group a user trusts beside them: it reads, and may write
+MAX_GID = 2**32 - 2  # 4294967295 is (gid_t)-1: "leave the group as it is" to chown
+
+
+def group_name(gid: int) -> str:
+    """gid 3000 (team): a group as a line names it."""
+    try:
+        return f"gid {gid} ({grp.getgrgid(gid).gr_name})"
+    except KeyError:
+        return f"gid {gid}"
+
+
+def share_gid(environ: Mapping[str, str]) -> int | None:
+    """RIG_SHARE_GROUP's group id: a group name, or the id of a group this system has, that the user
+    is in; None (unset): run folders stay private. Anything else is one line."""
+    raw = environ.get(SHARE_GROUP_ENV, "").strip()
+    if not raw:
+        return None
+    given = f"{SHARE_GROUP_ENV}={raw!r}"
+    how = "give a group name or the id of an existing group (getent group), or unset it"
+    if raw.isascii() and raw.isdigit():
+        gid = int(raw)
+        if gid > MAX_GID:
+            raise RigError(f"{given} is not a group id (0 to {MAX_GID}); {how}")
+        try:
+            grp.getgrgid(gid)
+        except KeyError:
+            raise RigError(f"{given}: no group has id {gid} on this system; {how}") from None
+    else:
+        try:
+            gid = grp.getgrnam(raw).gr_gid
+        except (KeyError, ValueError):
+            raise RigError(f"{given} is not a group of this system; {how}") from None
+    if os.geteuid() != 0 and gid not in {os.getegid(), *os.getgroups()}:
+        raise RigError(f"{given}: you are not in {group_name(gid)}; ask to be added to it, or unset it")
+    return gid
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Whom a job trusts beside root: its user, and RIG_SHARE_GROUP's group as a writer (None: none)."""
+
+    uid: int
+    group: int | None = None
+
+
+def trust(environ: Mapping[str, str] | None = None, uid: int | None = None) -> Trust:
+    """The running user's trust (RIG_SHARE_GROUP from environ, os.environ by default)."""
+    return Trust(os.geteuid() if uid is None else uid, share_gid(os.environ if environ is None else environ))
+
+
+def distrust(st: os.stat_result, who: Trust, *, folder: bool) -> str | None:
+    """Why an entry (its lstat or fstat) is not one `who` may trust; None when it is. The one rule
+    (the module's doc): the kind wanted, owned by the user or root, and writable by no one else,
+    unless a sticky folder of the user's or root's, or the writer is RIG_SHARE_GROUP's group."""
     want = stat.S_ISDIR if folder else stat.S_ISREG
     if not want(st.st_mode):
         return f"is {kind(st.st_mode)}, not {'a folder' if folder else 'a regular file'}"
-    if st.st_uid != uid:
-        return f"belongs to {owner_name(st.st_uid)}, not to you ({owner_name(uid)})"
-    if st.st_mode & 0o022:
-        return f"can be written by others (mode {stat.S_IMODE(st.st_mode):04o}); chmod go-w it"
-    if folder and st.st_mode & 0o700 != 0o700:
-        return f"cannot be listed and entered by you (mode {stat.S_IMODE(st.st_mode):04o}); chmod u+rwx it"
+    if st.st_uid not in {who.uid, 0}:
+        return f"belongs to {owner_name(st.st_uid)}, not to you ({owner_name(who.uid)}) or root"
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & 0o022 or (folder and mode & stat.S_ISVTX):
+        return None  # sticky: others may add their own entries, never rename or remove another's
+    if mode & 0o002:
+        return f"can be written by anyone (mode {mode:04o}); chmod o-w it"
+    if st.st_gid != who.group:
+        share = "" if who.group is not None else f", or set {SHARE_GROUP_ENV} to that group if you trust it"
+        return f"can be written by {group_name(st.st_gid)} (mode {mode:04o}); chmod g-w it{share}"
     return None
+
+
+class Untrusted(Exception):
+    """A step of a path that distrust refuses (or a link, or one that cannot be opened): where, why."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path} {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def open_trusted(
+    path: str | Path, who: Trust, *, folder: bool = False, create_mode: int | None = None
+) -> int:
+    """A descriptor of path (a regular file, or a folder), opened from `/` one step at a time with
+    O_NOFOLLOW, each step fstat-checked by distrust on the descriptor it came from: what is returned
+    is what was checked, whoever renames what meanwhile. A relative path is taken from the working
+    folder; `..` is resolved by name. Untrusted for a step that does not pass (a link included);
+    FileNotFoundError once a missing step is reached, every step above it checked. create_mode: the
+    missing folders are made (mode & ~umask, never writable by others), each in its checked parent."""
+    full = Path(os.path.normpath(os.path.join(os.getcwd(), path)))
+    here = Path("/")
+    fd = os.open("/", _DIR_FLAGS)
+    try:
+        _check(fd, here, who, folder=True)
+        names = full.parts[1:]
+        for i, name in enumerate(names):
+            here = here / name
+            leaf = i == len(names) - 1 and not folder
+            try:
+                step = os.open(name, _READ_FLAGS if leaf else _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if create_mode is None or leaf:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, create_mode & ~0o022, dir_fd=fd)
+                step = _step(name, fd, here, leaf)
+            except OSError as e:
+                raise _unopenable(name, fd, here, leaf, e) from None
+            os.close(fd)
+            fd = step
+            _check(fd, here, who, folder=not leaf)
+        if not folder:
+            os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _step(name: str, dir_fd: int, here: Path, leaf: bool) -> int:
+    try:
+        return os.open(name, _READ_FLAGS if leaf else _DIR_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise _unopenable(name, dir_fd, here, leaf, e) from None
+
+
+def _unopenable(name: str, dir_fd: int, here: Path, leaf: bool, e: OSError) -> Untrusted:
+    what = describe(name, dir_fd)
+    if what == ("a folder" if not leaf else "a file") or what == "nothing":
+        return Untrusted(here, f"cannot be opened ({e.strerror or e})")  # EACCES: a folder you cannot enter
+    return Untrusted(here, f"is {what}, not {'a regular file' if leaf else 'a folder'}")
+
+
+def _check(fd: int, here: Path, who: Trust, *, folder: bool) -> None:
+    if problem := distrust(os.fstat(fd), who, folder=folder):
+        raise Untrusted(here, problem)
 
 
 def not_regular(path: str | Path) -> str | None:

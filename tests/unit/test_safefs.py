@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from rig import safefs
+from rig.errors import RigError
 
 from tests.helpers import needs_root
 
@@ -142,3 +144,127 @@ def test_read_input_follows_links_but_reads_only_a_bounded_regular_file(tmp_path
         "a folder",
         "nothing",
     ]
+
+
+# ---- the one trust rule (OpenSSH's safe_path, sudo's checks) ------------------------------------------
+A, B, TEAM, OTHER = 2001, 2002, 3000, 3001
+
+
+@pytest.mark.parametrize(
+    ("folder", "mode", "owner", "group", "share", "says"),
+    [
+        (True, 0o755, A, A, None, None),
+        (True, 0o700, 0, 0, None, None),  # root's
+        (True, 0o755, B, B, None, "belongs to uid 2002, not to you (uid 2001) or root"),
+        (True, 0o775, A, OTHER, None, "can be written by gid 3001 (mode 0775); chmod g-w it, or set"),
+        (True, 0o2775, 0, TEAM, None, "can be written by gid 3000 (mode 2775)"),  # a team share
+        (True, 0o2775, 0, TEAM, TEAM, None),  # ... the group the user named in RIG_SHARE_GROUP
+        (True, 0o777, A, TEAM, TEAM, "can be written by anyone (mode 0777)"),
+        (True, 0o1777, 0, 0, None, None),  # /tmp: sticky, root's
+        (True, 0o1777, A, A, None, None),  # sticky, the user's own
+        (True, 0o1777, B, B, None, "belongs to uid 2002"),  # sticky, but B may rename what is inside
+        (True, 0o1770, A, OTHER, None, None),
+        (False, 0o644, A, A, None, None),
+        (False, 0o600, 0, 0, None, None),
+        (False, 0o664, A, OTHER, None, "can be written by gid 3001 (mode 0664)"),
+        (False, 0o664, A, TEAM, TEAM, None),
+        (False, 0o1666, A, A, None, "can be written by anyone"),  # the sticky bit means nothing on a file
+        (False, 0o644, B, B, None, "belongs to uid 2002"),
+    ],
+)
+@needs_root
+def test_the_trust_rule(
+    tmp_path: Path, folder: bool, mode: int, owner: int, group: int, share: int | None, says: str | None
+) -> None:
+    entry = tmp_path / "entry"
+    entry.mkdir() if folder else entry.write_bytes(b"x")
+    os.chown(entry, owner, group)
+    os.chmod(entry, mode)
+    problem = safefs.distrust(os.lstat(entry), safefs.Trust(A, share), folder=folder)
+    assert problem == says if says is None else says in str(problem), problem
+    wrong = safefs.distrust(os.lstat(entry), safefs.Trust(A, share), folder=not folder)
+    assert wrong is not None and wrong.startswith("is a "), wrong
+
+
+def _tree(root: Path, *steps: tuple[str, int, int, int]) -> Path:
+    """Folders under root, each (name, owner, group, mode); the last one's path."""
+    here = root
+    for name, owner, group, mode in steps:
+        here = here / name
+        here.mkdir()
+        os.chown(here, owner, group)
+        os.chmod(here, mode)
+    return here
+
+
+@needs_root
+def test_open_trusted_checks_every_folder_from_the_root_on_its_descriptor(tmp_path: Path) -> None:
+    who = safefs.Trust(A)
+    # /tmp/.../team (root:team 2775) / alice (A's) / run / weights / last.pt
+    run = _tree(tmp_path, ("team", 0, TEAM, 0o2775), ("alice", A, A, 0o755), ("run", A, A, 0o700))
+    (run / "last.pt").write_bytes(b"ckpt")
+    os.chown(run / "last.pt", A, A)
+    with pytest.raises(safefs.Untrusted, match=r"/team can be written by gid 3000") as e:
+        safefs.open_trusted(run / "last.pt", who)
+    assert e.value.path == tmp_path / "team"
+    fd = safefs.open_trusted(run / "last.pt", safefs.Trust(A, TEAM))  # the group A named
+    try:
+        # What is read is what was checked: the folders renamed and another file put at the path.
+        os.rename(tmp_path / "team/alice", tmp_path / "team/alice-old")
+        _tree(tmp_path / "team", ("alice", B, B, 0o777), ("run", B, B, 0o777))
+        (tmp_path / "team/alice/run/last.pt").write_bytes(b"theirs")
+        assert os.pread(fd, 100, 0) == b"ckpt"
+    finally:
+        os.close(fd)
+    # B's sticky 1777 folder above A's own: B owns it, and may rename A's folder away.
+    mine = _tree(tmp_path, ("bobs", B, B, 0o1777), ("alice", A, A, 0o700))
+    with pytest.raises(safefs.Untrusted, match=r"/bobs belongs to uid 2002"):
+        safefs.open_trusted(mine, who, folder=True)
+    # A link on the way, whoever made it, is never followed.
+    (tmp_path / "link").symlink_to(tmp_path / "team")
+    with pytest.raises(safefs.Untrusted, match=r"/link is a symbolic link, not a folder"):
+        safefs.open_trusted(tmp_path / "link/alice-old/run/last.pt", safefs.Trust(A, TEAM))
+    # A FIFO, a folder where a file is wanted: refused, never blocked on.
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(safefs.Untrusted, match=r"/fifo is a FIFO, not a regular file"):
+        safefs.open_trusted(tmp_path / "fifo", safefs.Trust(0))
+    with pytest.raises(safefs.Untrusted, match=r"is a folder, not a regular file"):
+        safefs.open_trusted(tmp_path, safefs.Trust(0))
+    with pytest.raises(FileNotFoundError):
+        safefs.open_trusted(tmp_path / "absent/last.pt", who)
+
+
+@needs_root
+def test_open_trusted_makes_missing_folders_never_writable_by_others(tmp_path: Path) -> None:
+    old = os.umask(0o002)
+    try:
+        fd = safefs.open_trusted(tmp_path / "a/b/c", safefs.Trust(0), folder=True, create_mode=0o777)
+    finally:
+        os.umask(old)
+    os.close(fd)
+    modes = [stat_mode(tmp_path / p) for p in ("a", "a/b", "a/b/c")]
+    assert modes == [0o755, 0o755, 0o755], [oct(m) for m in modes]
+
+
+def stat_mode(path: Path) -> int:
+    return os.stat(path).st_mode & 0o7777
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ("²", "RIG_SHARE_GROUP='²' is not a group of this system"),
+        ("99999999999999999999", "is not a group id (0 to 4294967294)"),
+        ("4294967295", "is not a group id (0 to 4294967294)"),
+        ("4242424", "no group has id 4242424 on this system"),
+        ("no-such-group", "is not a group of this system"),
+        ("a\0b", "is not a group of this system"),
+    ],
+)
+def test_the_share_group_is_a_group_of_this_system(raw: str, says: str) -> None:
+    with pytest.raises(RigError, match=re.escape(says)) as e:
+        safefs.share_gid({safefs.SHARE_GROUP_ENV: raw})
+    assert "\n" not in str(e.value)
+    assert safefs.share_gid({}) is None and safefs.share_gid({safefs.SHARE_GROUP_ENV: " "}) is None
+    assert safefs.share_gid({safefs.SHARE_GROUP_ENV: "0"}) == 0
+    assert safefs.share_gid({safefs.SHARE_GROUP_ENV: "root"}) == 0

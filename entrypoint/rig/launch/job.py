@@ -21,7 +21,7 @@ from rig.errors import RigError
 from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.topology import Topology, read_topology
 from rig.instrument.metrics import config as metrics_config
-from rig.launch import binding, ddp, gpuenv, nodes
+from rig.launch import binding, ddp, gpuenv, nodes, resumecopy
 
 _logger = log.get("launch")
 
@@ -84,6 +84,7 @@ class Launch:
     env: dict[str, str]
     done: str | None = None  # nothing to run (resume=auto of a finished run): why
     unset: tuple[str, ...] = ()  # variables the command must not inherit
+    private: str | None = None  # a folder of the launch's own (a resume's copy): removed once it ends
 
     def shell(self) -> str:
         removed = [f"--unset={name}" for name in self.unset]
@@ -119,6 +120,8 @@ def make_plan(topology: Topology, gpu_ids: list[int]) -> list[binding.RankBindin
 def execute(launch: Launch) -> int:
     """Log the decision, then exec it: torchrun's exit code is the command's."""
     env = {k: v for k, v in os.environ.items() if k not in launch.unset} | launch.env
+    if launch.private:
+        resumecopy.remove_after(Path(launch.private))
     _logger.info("Executing: %s", shlex.join(launch.command))
     sys.stdout.flush()
     sys.stderr.flush()

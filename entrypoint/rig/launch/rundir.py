@@ -13,21 +13,23 @@ a scheduler has an owner of its own, so it always gets a new folder.
 `scan` reads what is there, `choose` decides (pure), `claim` is the one step that writes.
 
 Another user may share the project folder (a cluster's runs folder): a folder is the job's own only
-when its owner file says so and both belong to the running uid, with no one else able to write them
-(`distrust`); a folder or checkpoint that does not pass is never read or written, and one that the
-request names (exist_ok=True, resume=auto, resume=True) is one ERROR line naming it and its owner.
+when its owner file says so and both pass rig.safefs's one trust rule (the user's or root's, no one
+else able to write them but RIG_SHARE_GROUP's group); a folder or checkpoint that does not pass is
+never read or written, and one that the request names (exist_ok=True, resume=auto, resume=True) is
+one ERROR line naming it and its owner. The project folder and a checkpoint are checked with every
+folder above them, from `/` (rig.safefs.open_trusted).
 """
 
 from __future__ import annotations
 
 import contextlib
-import grp
 import hashlib
 import os
 import secrets
 import shutil
 import socket
 import stat
+import unicodedata
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +39,13 @@ from rig.errors import RigError
 
 OWNER_FILE = ".rig-owner"
 MAX_OWNER_BYTES = 4096
-SHARE_GROUP_ENV = "RIG_SHARE_GROUP"  # a group that may read the run folders and checkpoints
 MAX_NAME = 200  # characters of name=: room for Ultralytics' -N and rig's hidden temporary names
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# What name= may not hold: Unicode's controls (C0, DEL, C1), format characters (bidirectional
+# overrides such as U+202E, zero widths), line and paragraph separators; surrogates (bytes that are
+# not UTF-8) are no text either.
+_NOT_IN_NAMES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
 @dataclass(frozen=True)
@@ -58,29 +63,22 @@ class Choice:
 
 
 def check_name(name: str) -> str:
-    """name= as one folder name: no '/', no control characters, of sane length."""
+    """name= as one folder name: no '/', no control, format or line-separator character, of sane length."""
     how = "give name= a plain folder name (letters, digits, '-', '_', '.')"
     if not name or name in {".", ".."} or "/" in name or "\0" in name:
         raise RigError(f"is not one folder name; {how}", option="name", value=name)
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        shown = name.encode("unicode_escape").decode()  # a newline in it must not end the line
-        raise RigError(f"holds control characters; {how}", option="name", value=shown)
+    if any(unicodedata.category(c) in _NOT_IN_NAMES for c in name):
+        # Escaped: a line break or a direction override in it must not reach the terminal.
+        shown = name.encode("unicode_escape", errors="backslashreplace").decode("ascii")
+        raise RigError(f"holds control or format characters; {how}", option="name", value=shown)
     if len(name) > MAX_NAME or len(name.encode()) > MAX_NAME:
         raise RigError(f"is longer than {MAX_NAME} characters; {how}", option="name", value=name[:40] + "...")
     return name
 
 
 def share_gid(environ: Mapping[str, str]) -> int | None:
-    """RIG_SHARE_GROUP's group id (a name or a number); None: run folders stay private."""
-    raw = environ.get(SHARE_GROUP_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        return int(raw) if raw.isdigit() else grp.getgrnam(raw).gr_gid
-    except KeyError:
-        raise RigError(
-            f"{SHARE_GROUP_ENV}={raw!r} is not a group of this system; give a group name or id, or unset it"
-        ) from None
+    """RIG_SHARE_GROUP's group id (rig.safefs.share_gid); None: run folders stay private."""
+    return safefs.share_gid(environ)
 
 
 def folder_mode(environ: Mapping[str, str] | None = None) -> int:
@@ -93,10 +91,31 @@ def file_mode(environ: Mapping[str, str] | None = None) -> int:
     return 0o640 if share_gid(os.environ if environ is None else environ) is not None else 0o600
 
 
+def _trust(uid: int | None) -> safefs.Trust:
+    """The running user's trust (RIG_SHARE_GROUP), or, for tests, another uid's."""
+    return safefs.trust(os.environ, uid)
+
+
+def _problem(st: os.stat_result, who: safefs.Trust, *, folder: bool) -> str | None:
+    """rig.safefs's trust rule, and for a run folder of the user's: one it can list and enter."""
+    if problem := safefs.distrust(st, who, folder=folder):
+        return problem
+    if folder and st.st_uid == who.uid and st.st_mode & 0o700 != 0o700:
+        return f"cannot be listed and entered by you (mode {stat.S_IMODE(st.st_mode):04o}); chmod u+rwx it"
+    return None
+
+
 def _distrusted(path: Path, problem: str) -> RigError:
     return RigError(
         f"{path} {problem}: rig uses only run folders and checkpoints of your own that no one else "
         "can write; move it away or give another project= or name="
+    )
+
+
+def _not_the_users(project: Path, e: safefs.Untrusted, doing: str = "writes into") -> RigError:
+    where = f"project folder {e}" if e.path == project else f"project folder {project}: {e}"
+    return RigError(
+        f"{where}: rig never {doing} a folder another user controls; give project= a folder of your own"
     )
 
 
@@ -105,36 +124,18 @@ def _unreadable(project: Path, e: OSError) -> RigError:
 
 
 def check_project(project: Path, uid: int | None = None) -> None:
-    """A project folder rig may write into: the user's own (or root's), that no one else can write
-    or, in a shared folder with the sticky bit (/tmp, a cluster's 1777 runs folder), the user's own.
-    Its parent must not let others rename it away either. Nothing there yet: fine (claim makes it)."""
-    uid = os.geteuid() if uid is None else uid
+    """A project folder rig may write into: it and every folder above it pass rig.safefs's trust rule
+    (the user's or root's; writable by no one else unless sticky, or by RIG_SHARE_GROUP's group), so
+    nobody else can rename a run away or put another in its place. Not there yet: the folders above
+    it are checked (claim makes the rest)."""
     try:
-        st = os.stat(project)
+        os.close(safefs.open_trusted(project, _trust(uid), folder=True))
     except FileNotFoundError:
         return
+    except safefs.Untrusted as e:
+        raise _not_the_users(project, e) from None
     except OSError as e:
-        raise RigError(
-            f"project folder {project} cannot be read ({e.strerror or e}); give project= another"
-        ) from None
-    problem = None
-    if not stat.S_ISDIR(st.st_mode):
-        problem = f"is {safefs.kind(st.st_mode)}, not a folder"
-    elif st.st_uid not in {uid, 0}:
-        problem = f"belongs to {safefs.owner_name(st.st_uid)}, not to you ({safefs.owner_name(uid)})"
-    elif st.st_mode & 0o022 and not (st.st_uid == 0 and st.st_mode & stat.S_ISVTX):
-        problem = f"can be written by others (mode {stat.S_IMODE(st.st_mode):04o}); chmod go-w it"
-    else:
-        with contextlib.suppress(OSError):
-            parent = project.resolve().parent
-            up = os.stat(parent)
-            if up.st_mode & 0o022 and not up.st_mode & stat.S_ISVTX and up.st_uid != uid:
-                problem = f"sits in {parent}, which others can write (mode {stat.S_IMODE(up.st_mode):04o})"
-    if problem:
-        raise RigError(
-            f"project folder {project} {problem}: rig never writes into a folder another user controls; "
-            "give project= a folder of your own"
-        )
+        raise _unreadable(project, e) from None
 
 
 @contextlib.contextmanager
@@ -146,12 +147,12 @@ def _opened(path: Path, dir_fd: int | None = None, name: str | None = None) -> I
         os.close(fd)
 
 
-def _owner_of(folder: int, path: Path, uid: int) -> tuple[str | None, str | None]:
+def _owner_of(folder: int, path: Path, who: safefs.Trust) -> tuple[str | None, str | None]:
     """The owner file of an open, trusted run folder: (its identity, None) or (None, why not trusted)."""
-    return _read_owner(folder, path, OWNER_FILE, uid)
+    return _read_owner(folder, path, OWNER_FILE, who)
 
 
-def _read_owner(folder: int, path: Path, name: str, uid: int) -> tuple[str | None, str | None]:
+def _read_owner(folder: int, path: Path, name: str, who: safefs.Trust) -> tuple[str | None, str | None]:
     try:
         fd = os.open(name, _OPEN_FILE, dir_fd=folder)
     except FileNotFoundError:
@@ -159,7 +160,7 @@ def _read_owner(folder: int, path: Path, name: str, uid: int) -> tuple[str | Non
     except OSError:
         return None, f"{path / name} is {safefs.describe(name, folder)}, not a regular file"
     try:
-        problem = safefs.distrust(os.fstat(fd), uid, folder=False)
+        problem = _problem(os.fstat(fd), who, folder=False)
         if problem:
             return None, f"{path / name} {problem}"
         text = os.read(fd, MAX_OWNER_BYTES).decode(errors="replace").strip()
@@ -168,22 +169,20 @@ def _read_owner(folder: int, path: Path, name: str, uid: int) -> tuple[str | Non
     return text or None, None
 
 
-def _inspect(project_fd: int, path: Path, uid: int) -> Existing | None:
+def _inspect(project_fd: int, path: Path, who: safefs.Trust) -> Existing | None:
     """The entry at path (a name in the open project folder), never followed; None: nothing there."""
     try:
         st = os.stat(path.name, dir_fd=project_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
-    problem = safefs.distrust(st, uid, folder=True)
+    problem = _problem(st, who, folder=True)
     if problem:
         return Existing(path, None, f"{path} {problem}")
     try:
         with _opened(path, project_fd, path.name) as fd:
-            if (st2 := os.fstat(fd)).st_ino != st.st_ino or (
-                problem := safefs.distrust(st2, uid, folder=True)
-            ):
+            if (st2 := os.fstat(fd)).st_ino != st.st_ino or (problem := _problem(st2, who, folder=True)):
                 return Existing(path, None, f"{path} {problem or 'changed while it was read'}")
-            owner, problem = _owner_of(fd, path, uid)
+            owner, problem = _owner_of(fd, path, who)
     except OSError as e:
         return Existing(path, None, f"{path} cannot be opened ({e.strerror or e})")
     return Existing(path, owner, problem)
@@ -192,19 +191,19 @@ def _inspect(project_fd: int, path: Path, uid: int) -> Existing | None:
 def scan(project: Path, name: str, uid: int | None = None) -> list[Existing]:
     """The run's existing folders in Ultralytics' order, with their owners, each looked at without
     following a link; another user's (or a link, a file) is there, never trusted."""
-    uid = os.geteuid() if uid is None else uid
+    who = _trust(uid)
     try:
-        project_fd = os.open(project, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        project_fd = safefs.open_trusted(project, who, folder=True)
     except FileNotFoundError:
         return []
+    except safefs.Untrusted as e:
+        raise _not_the_users(project, e, "reads run folders from") from None
     except OSError as e:
-        raise RigError(
-            f"project folder {project} cannot be read ({e.strerror or e}); give project= another"
-        ) from None
+        raise _unreadable(project, e) from None
     out: list[Existing] = []
     try:
         n = 1
-        while (found := _inspect(project_fd, project / (name if n == 1 else f"{name}-{n}"), uid)) is not None:
+        while (found := _inspect(project_fd, project / (name if n == 1 else f"{name}-{n}"), who)) is not None:
             out.append(found)
             n += 1
     finally:
@@ -245,66 +244,55 @@ def choose(
 def check_run_dir(path: Path, uid: int | None = None) -> None:
     """A run folder used as it is (exist_ok=True, resume=auto outside a job): nothing there, or the
     user's own folder (its `weights` too), that no one else can write; else one line."""
-    uid = os.geteuid() if uid is None else uid
     found = scan(path.parent, path.name, uid)[:1]
     if found and found[0].problem:
         raise _distrusted(path, found[0].problem.removeprefix(f"{path} "))
     if found:
-        open_checkpoint(path, uid, None)
+        fd = open_checkpoint(path, uid, None)
+        if fd is not None:
+            os.close(fd)
 
 
 def open_checkpoint(run_dir: Path, uid: int | None = None, name: str | None = "last.pt") -> int | None:
-    """A descriptor of run_dir/weights/NAME, walked from the run folder without following a link, each
-    step the user's own that no one else can write; None when it is not there. name None: only the
-    folders checked. A step that does not pass: one line naming it and its owner."""
-    uid = os.geteuid() if uid is None else uid
-    try:
-        with _opened(run_dir) as run_fd:
-            if problem := safefs.distrust(os.fstat(run_fd), uid, folder=True):
-                raise _distrusted(run_dir, problem)
-            weights = run_dir / "weights"
-            try:
-                st = os.stat("weights", dir_fd=run_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                return None
-            if problem := safefs.distrust(st, uid, folder=True):
-                raise _distrusted(weights, problem)
-            with _opened(weights, run_fd, "weights") as wfd:
-                if name is None:
-                    return None
-                try:
-                    fd = os.open(name, _OPEN_FILE, dir_fd=wfd)
-                except FileNotFoundError:
-                    return None
-                except OSError:
-                    raise _distrusted(weights / name, f"is {safefs.describe(name, wfd)}") from None
-                if problem := safefs.distrust(os.fstat(fd), uid, folder=False):
-                    os.close(fd)
-                    raise _distrusted(weights / name, problem)
-                os.set_blocking(fd, True)
-                return fd
-    except FileNotFoundError:
+    """A descriptor of run_dir/weights/NAME, opened from `/` without following a link, every step
+    passing the trust rule (rig.safefs.open_trusted) and the run folder and weights/ the user's to
+    enter; None when it is not there. name None: only the folders checked. A step that does not
+    pass: one line naming it and its owner."""
+    who = _trust(uid)
+    steps = [(run_dir, True), (run_dir / "weights", True)]
+    if name is not None:
+        steps.append((run_dir / "weights" / name, False))
+    fd = None
+    for path, folder in steps:
+        if fd is not None:
+            os.close(fd)
+            fd = None
+        try:
+            fd = safefs.open_trusted(path, who, folder=folder)
+        except FileNotFoundError:
+            return None
+        except safefs.Untrusted as e:
+            raise _distrusted(e.path, e.problem) from None
+        except OSError as e:
+            raise _distrusted(path, f"cannot be opened ({e.strerror or e})") from None
+        if problem := _problem(os.fstat(fd), who, folder=folder):
+            os.close(fd)
+            raise _distrusted(path, problem)
+    if name is None and fd is not None:
+        os.close(fd)
         return None
-    except OSError as e:  # a link at the run folder (ELOOP), a file there (ENOTDIR), mode 000 (EACCES)
-        what = safefs.not_regular(run_dir)
-        raise _distrusted(
-            run_dir, f"cannot be opened as a folder ({e.strerror or e}; it is {what})"
-        ) from None
+    return fd
 
 
 def checkpoint_problem(path: Path, uid: int | None = None) -> str | None:
-    """Why the checkpoint at path (resume=True model=PATH) is not one to load: it, or its folder, is
-    a link, another user's, or writable by others; or others may rename the folder above. None: fine."""
-    uid = os.geteuid() if uid is None else uid
+    """Why the checkpoint at path is not one to load: it, or a folder above it, is a link, another
+    user's, or writable by others (rig.safefs's trust rule); None: fine."""
     try:
-        for entry, folder in ((path, False), (path.parent, True)):
-            if problem := safefs.distrust(os.lstat(entry), uid, folder=folder):
-                return f"{entry} {problem}"
-        up = os.stat(path.parent.parent)
+        os.close(safefs.open_trusted(path, _trust(uid)))
+    except safefs.Untrusted as e:
+        return str(e)
     except OSError as e:
         return f"{path} cannot be read ({e.strerror or e})"
-    if up.st_mode & 0o022 and not up.st_mode & stat.S_ISVTX and up.st_uid != uid:
-        return f"{path.parent.parent} can be written by others (mode {stat.S_IMODE(up.st_mode):04o})"
     return None
 
 
@@ -362,8 +350,9 @@ def _take(path: Path, old: str, owner: str, environ: Mapping[str, str]) -> bool:
     name at the hand-over's marker (one per previous owner: link(2) never replaces) takes it, and
     every node of that job agrees; another job gets False. The folder is walked as scan trusts it."""
     marker = f".rig-taken-{hashlib.sha256(old.encode()).hexdigest()[:16]}"
+    who = safefs.trust(environ)
     with _opened(path.parent) as pfd, _opened(path, pfd, path.name) as dfd:
-        if problem := safefs.distrust(os.fstat(dfd), os.geteuid(), folder=True):
+        if problem := _problem(os.fstat(dfd), who, folder=True):
             raise _distrusted(path, problem)
         mine = f".rig-take-{secrets.token_hex(6)}"
         safefs.write_atomic(mine, (owner + "\n").encode(), dfd, file_mode(environ))
@@ -372,10 +361,10 @@ def _take(path: Path, old: str, owner: str, environ: Mapping[str, str]) -> bool:
                 os.link(mine, marker, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
         finally:
             os.unlink(mine, dir_fd=dfd)
-        winner, problem = _read_owner(dfd, path, marker, os.geteuid())
+        winner, problem = _read_owner(dfd, path, marker, who)
         if problem or winner != owner:
             return False
-        current, problem = _owner_of(dfd, path, os.geteuid())
+        current, problem = _owner_of(dfd, path, who)
         if problem or current not in {old, owner}:
             return False
         safefs.write_atomic(OWNER_FILE, (owner + "\n").encode(), dfd, file_mode(environ))
@@ -395,8 +384,7 @@ def make_run_dir(path: Path, environ: Mapping[str, str] | None = None) -> None:
     """A run folder used as it is (checked by check_run_dir), made when missing as claim makes one
     (private, or RIG_SHARE_GROUP's), its weights/ too; nothing of what is there changed."""
     env = os.environ if environ is None else environ
-    check_project(path.parent)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_project(path.parent, env)
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
         gid = share_gid(env)
@@ -407,6 +395,15 @@ def make_run_dir(path: Path, environ: Mapping[str, str] | None = None) -> None:
     check_run_dir(path)
     with _opened(path) as dfd:
         _make_weights(dfd, env)
+
+
+def make_project(project: Path, environ: Mapping[str, str]) -> None:
+    """The project folder made where missing, each folder in its checked parent (never writable by
+    others whatever the umask), and every step from `/` checked as check_project does."""
+    try:
+        os.close(safefs.open_trusted(project, safefs.trust(environ), folder=True, create_mode=0o755))
+    except safefs.Untrusted as e:
+        raise _not_the_users(project, e) from None
 
 
 def claim(
@@ -423,8 +420,7 @@ def claim(
     owner = identity or launch_owner()
     path = project / name
     try:
-        project.mkdir(parents=True, exist_ok=True)
-        check_project(project)  # made by someone else meanwhile: never written into
+        make_project(project, env)
         while True:
             choice = choose(project, name, scan(project, name), identity, takeable)
             path = choice.path

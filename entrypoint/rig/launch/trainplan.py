@@ -4,15 +4,18 @@
     node = discover(environ, read_topology, user_environ)  # the node and its job, whatever is asked
     run = discover_run(request.args, node)                 # what is there for the run it names
     plan = decide(request, node, run)                      # pure: what to run, and why
-    plan = prepare_data(plan)                              # writes   } the two steps
-    plan = reserve_run_dir(plan)                           # writes   } a dry run skips
+    plan = prepare_data(plan)                              # writes   } the three steps
+    plan = reserve_run_dir(plan)                           # writes   } a dry run
+    plan = copy_checkpoint(plan)                           # writes   } skips
     launch = assemble(plan)                                # the command and its variables
 
-Planning has no side effect: `decide` only logs what it decided. The two steps that change the world
+Planning has no side effect: `decide` only logs what it decided. The steps that change the world
 are named, so `--dry-run` prints the command of the same plan without them: the run directory it
-would claim (rig.launch.rundir) and no data prepared (rig.yolo.nodecache.prepare). A decision that
-needs a new fact about the machine (a GPU's memory, say) gets it as a field of `Node`, read in
-`discover`, and is made in `decide` or the rules it calls (rig.launch.trainargs.decide).
+would claim (rig.launch.rundir), no data prepared (rig.yolo.nodecache.prepare), and a resumed
+checkpoint by its path, checked as a launch checks it but not copied (rig.launch.resumecopy: the
+ranks load a copy of what was checked, never the path). A decision that needs a new fact about the
+machine (a GPU's memory, say) gets it as a field of `Node`, read in `discover`, and is made in
+`decide` or the rules it calls (rig.launch.trainargs.decide).
 """
 
 from __future__ import annotations
@@ -25,13 +28,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rig
-from rig import log, paths, rankenv, safepython
+from rig import log, paths, rankenv, safefs, safepython
 from rig.errors import RigError
 from rig.hardware import fabric
 from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.fabric import Fabric
 from rig.hardware.topology import Topology
-from rig.launch import autoresume, binding, ddp, job, nodes, rundir, slurmjobs, steplevers, trainargs
+from rig.launch import (
+    autoresume,
+    binding,
+    ddp,
+    job,
+    nodes,
+    resumecopy,
+    rundir,
+    slurmjobs,
+    steplevers,
+    trainargs,
+)
 from rig.yolo import datasets, gpubatch, tuning, ultra
 from rig.yolo.nodecache import buildlock, prepare
 
@@ -187,6 +201,7 @@ class Run:
     newest_last: Path | None  # resume=True without a checkpoint: the newest last.pt of the runs
     dataset: tuning.Dataset  # the size of the dataset it trains on
     classes: int  # its class count (80 where the yaml cannot tell): the detection loss's memory
+    checkpoint: resumecopy.Checked | None = None  # resume=True's checkpoint, opened once and checked
 
 
 def newest_last(runs_dir: Path) -> Path | None:
@@ -196,25 +211,30 @@ def newest_last(runs_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def check_resumed(args: Mapping[str, str], uid: int | None = None) -> None:
-    """resume=True model=PATH: the checkpoint the trainer will unpickle is the user's own, that no one
-    else could have changed (rig.launch.rundir.checkpoint_problem); else one line, before it is read."""
+def resumed_checkpoint(args: Mapping[str, str]) -> Path | None:
+    """The checkpoint resume=PATH or resume=True model=PATH names; None: no resume, or resume=True
+    without a checkpoint (rig takes the newest of the user's own runs)."""
+    resume = trainargs.resume_of(args)
+    if isinstance(resume, str):
+        return None if resume.lower() == "auto" else Path(resume)
     model = args.get("model", "")
-    resumed = trainargs.resume_of(args) is True and model.endswith(".pt")
-    if resumed and (problem := rundir.checkpoint_problem(Path(model), uid)):
-        raise RigError(
-            f"{problem}: rig resumes only a checkpoint of your own that no one else can write; "
-            "copy it into a folder of yours (chmod go-w) and resume that"
-        )
+    return Path(model) if resume is True and model.endswith(".pt") else None
 
 
 def discover_run(args: Mapping[str, str], node: Node) -> Run:
     """The run's folders and, for resume=auto, the state of the one it would continue: the job's own
-    (a scheduler's job), or project/name (outside one); the dataset's size."""
+    (a scheduler's job), or project/name (outside one); the dataset's size. A resumed checkpoint is
+    opened here, once, through checked folders (rig.launch.resumecopy): what the ranks load."""
     where = trainargs.locate(args, runs_dir=node.runs_dir, default_name=node.default_name, found=node.found)
     rundir.check_name(where.name)
+    who = safefs.trust(node.environ)
     rundir.check_project(where.project)
-    check_resumed(args)
+    checkpoint = None
+    if (named := resumed_checkpoint(args)) is not None:
+        checkpoint = resumecopy.open_checked(named, who)
+    newest = newest_last(node.runs_dir) if where.newest_last_wanted else None
+    if newest is not None:
+        checkpoint = resumecopy.open_checked(newest, who)
     existing = rundir.scan(where.project, where.name)
     state, owners = None, {}
     if where.auto_resume:
@@ -228,9 +248,10 @@ def discover_run(args: Mapping[str, str], node: Node) -> Run:
         existing=existing,
         owners=owners,
         state=state,
-        newest_last=newest_last(node.runs_dir) if where.newest_last_wanted else None,
+        newest_last=newest,
         dataset=tuning.size_dataset(where.data),
         classes=gpubatch.classes(where.data, ultra.datasets_dir()),
+        checkpoint=checkpoint,
     )
 
 
@@ -281,6 +302,7 @@ def check_node(node: Node) -> None:
     ddp.nccl_timeout(node.environ), ddp.stop_grace(node.environ), ddp.rendezvous_timeout(node.environ)
     ddp.checkpoint_every(node.environ)
     buildlock.stall_s(node.environ)
+    safefs.share_gid(node.environ)
     nodes.check_master(node.spec, node.master_addresses)
     if warning := nodes.port_warning(node.spec, node.ephemeral_ports):
         _logger.warning("%s", warning)
@@ -382,6 +404,8 @@ class Plan:
     prepare: bool  # the launcher prepares the data before the ranks start
     done: str | None = None  # nothing to run (resume=auto of a finished run): why
     take: RunDir | None = None  # resumed in a folder taken over from a job that no longer runs
+    checkpoint: resumecopy.Checked | None = None  # a resume: the checkpoint checked, to copy for the ranks
+    private: Path | None = None  # its private copy's folder, removed when the launch ends
 
 
 def _auto_resume(
@@ -456,7 +480,11 @@ def decide(request: Request, node: Node, run: Run) -> Plan:
     unset = tuple(v for v in RENDEZVOUS_VARIABLES if v in node.environ) if alone else ()
     task = trainargs.guess_task(decided.args)
     wanted = prepare.wanted(decided.args, task, world)
-    return Plan(devices, spec, placed, decided.args, env, unset, folder, task, wanted, take=take)
+    checkpoint = None
+    if decided.resuming:
+        checkpoint = run.state.checked if run.located.auto_resume and run.state else run.checkpoint
+    plan = Plan(devices, spec, placed, decided.args, env, unset, folder, task, wanted, take=take)
+    return dataclasses.replace(plan, checkpoint=checkpoint)
 
 
 def _run_gpus(placed: Ranks, node: Node) -> tuple[list[gpubatch.GpuMemory], str]:
@@ -538,6 +566,21 @@ def reserve_run_dir(plan: Plan) -> Plan:
     return dataclasses.replace(plan, run=dataclasses.replace(run, path=path, claim=False))
 
 
+def copy_checkpoint(plan: Plan) -> Plan:
+    """A resume: the checkpoint opened and checked at discovery, copied from that descriptor into a
+    private folder (rig.launch.resumecopy); the ranks' model= (and resume=PATH) name the copy, so
+    they load what was checked whatever happens to the path. Removed when the launch ends."""
+    if plan.checkpoint is None:
+        return plan
+    made = resumecopy.copy(plan.checkpoint)
+    plan.checkpoint.close()
+    args = dict(plan.args, model=str(made.file))
+    if isinstance(trainargs.resume_of(args), str):
+        args["resume"] = str(made.file)
+    _logger.info("resuming %s: the ranks load a private copy of it, %s", plan.checkpoint.path, made.file)
+    return dataclasses.replace(plan, args=args, private=made.folder)
+
+
 def prepare_data(plan: Plan) -> Plan:
     """What runs once per node before any rank waits on another: the dataset check (and any download),
     the label scan and the node image cache (rig.yolo.nodecache.prepare). rig's reading of data=
@@ -576,9 +619,11 @@ def assemble(plan: Plan) -> job.Launch:
         env.update(rankenv.launch_variables(None, str(plan.run.path)))
     python = sys.executable
     program = [*safepython.module(python, TRAINER), *(f"{k}={v}" for k, v in args.items())]
+    private = str(plan.private) if plan.private else None
     if plan.devices.kind != "gpu" and len(plan.ranks.bindings) * plan.node.nnodes == 1:
-        return job.Launch(program, env, unset=plan.unset)
-    return job.Launch(job.torchrun_command(plan.ranks.bindings, plan.node, program, python, "one"), env)
+        return job.Launch(program, env, unset=plan.unset, private=private)
+    command = job.torchrun_command(plan.ranks.bindings, plan.node, program, python, "one")
+    return job.Launch(command, env, private=private)
 
 
 def plan_train(
@@ -591,11 +636,11 @@ def plan_train(
     environ: Mapping[str, str] | None = None,
     read_fabric: Callable[[], Fabric] | None = None,
 ) -> job.Launch:
-    """The whole pipeline: what `rig train` runs (a dry run: the same, without the two writing steps)."""
+    """The whole pipeline: what `rig train` runs (a dry run: the same, without the writing steps)."""
     env = os.environ if environ is None else environ
     request = parse(kv_args, gpus=gpus, cpu_ranks_given=cpu_ranks_given, environ=env)
     node = discover(env, read_topology, rig.USER_ENVIRON, read_fabric=read_fabric)
     plan = decide(request, node, discover_run(request.args, node))
     if not dry_run and not plan.done:
-        plan = reserve_run_dir(prepare_data(plan))
+        plan = copy_checkpoint(reserve_run_dir(prepare_data(plan)))
     return assemble(plan)

@@ -160,12 +160,13 @@ def test_resume_auto_under_slurm_starts_continues_and_finishes(
     assert rundir.claim(tmp_path / "runs", "train-slurm-77", "slurm-77") == run  # what the run claims
     (run / "weights").mkdir(parents=True, exist_ok=True)  # rig makes it with the run folder
     (run / "weights/last.pt").write_bytes(b"x")
-    states = iter([_ckpt(1, done=4), _ckpt(-1, stripped=True)])
-    monkeypatch.setattr(autoresume, "_load", lambda _p: next(states))
+    # (read in a child process: what it reads is set before each planning)
+    monkeypatch.setattr(autoresume, "_load", lambda _p: _ckpt(1, done=4))
     code, err, args = _run(tmp_path, capsys)
     assert code == 0 and "continuing" in err and "at epoch 3/3 at batch 5/10" in err
     assert args["resume"] == "True" and args["model"] == str(run / "weights/last.pt") and "batch" not in args
 
+    monkeypatch.setattr(autoresume, "_load", lambda _p: _ckpt(-1, stripped=True))
     code, err, args = _run(tmp_path, capsys)
     assert code == 0 and args == {}
     finished = f"INFO train: resume=auto: {run} is finished ({run}/weights/last.pt); nothing to train"

@@ -90,7 +90,7 @@ def test_the_nodes_of_two_jobs_started_at_once_agree_per_job(tmp_path: Path) -> 
 def test_the_claim_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(
-        RigError, match=r"cannot create the run directory .*file/train .*give project= a writable"
+        RigError, match=r"project folder .*/file is a file, not a folder: .*give project= a folder of your"
     ):
         rundir.claim(tmp_path / "file", "train", None)
 

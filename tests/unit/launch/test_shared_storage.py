@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rig import cli
+from rig import cli, safefs
 from rig.errors import RigError
-from rig.launch import autoresume, checkpoints, nodes, rundir, trainplan
+from rig.launch import autoresume, checkpoints, nodes, resumecopy, rundir, trainplan
 
 from tests.helpers.fakesys import FakeSys
 
@@ -117,7 +117,7 @@ def test_a_link_at_the_run_name_is_never_followed(tmp_path: Path) -> None:
     found = rundir.scan(tmp_path, "train-slurm-4260", A)
     assert "symbolic link" in str(found[0].problem)
     assert not rundir.choose(tmp_path, "train-slurm-4260", found, "slurm-1").owned
-    with pytest.raises(RigError, match="train-slurm-4260 cannot be opened as a folder"):
+    with pytest.raises(RigError, match="train-slurm-4260 is a symbolic link, not a folder"):
         rundir.open_checkpoint(tmp_path / "train-slurm-4260", A)
 
 
@@ -125,9 +125,14 @@ def test_a_link_at_the_run_name_is_never_followed(tmp_path: Path) -> None:
     ("spoil", "says"),
     [
         (lambda run: os.chown(run / "weights/last.pt", B, B), r"last.pt belongs to uid 2002"),
-        (lambda run: os.chmod(run / "weights/last.pt", 0o662), r"last.pt can be written by others"),
+        (lambda run: os.chmod(run / "weights/last.pt", 0o662), r"last.pt can be written by anyone"),
+        (lambda run: os.chmod(run / "weights/last.pt", 0o660), r"last.pt can be written by gid 2001"),
         (lambda run: os.chown(run / "weights", B, B), r"weights belongs to uid 2002"),
-        (lambda run: os.chmod(run / "weights", 0o777), r"weights can be written by others"),
+        (lambda run: os.chmod(run / "weights", 0o777), r"weights can be written by anyone"),
+        (  # a sticky folder of B's: B, its owner, may still rename what is inside
+            lambda run: (os.chown(run / "weights", B, B), os.chmod(run / "weights", 0o1777)),
+            r"weights belongs to uid 2002",
+        ),
         (lambda run: os.chown(run, B, B), r"exp belongs to uid 2002"),
     ],
 )
@@ -162,7 +167,7 @@ def test_a_project_folder_another_user_made_is_never_written_into(tmp_path: Path
     os.chmod(shared, 0o1777)  # root's, sticky: a cluster's runs folder
     rundir.check_project(shared, A)
     os.chmod(shared, 0o777)  # root's without the sticky bit: anyone may rename a run away
-    with pytest.raises(RigError, match=r"can be written by others \(mode 0777\)"):
+    with pytest.raises(RigError, match=r"can be written by anyone \(mode 0777\)"):
         rundir.check_project(shared, A)
     os.chown(project, 0, 0)  # as root, into a folder root does not own: refused too
     os.chown(project, A, A)
@@ -215,14 +220,20 @@ def test_resume_true_without_model_searches_only_the_users_own_runs(tmp_path: Pa
 
 
 def test_resume_true_with_another_users_checkpoint_is_one_line(tmp_path: Path) -> None:
-    theirs = _run_of(tmp_path, "theirs", "slurm-2", uid=B)
-    args = {"resume": "True", "model": str(theirs / "weights/last.pt")}
+    theirs = _run_of(tmp_path, "theirs", "slurm-2", uid=A)
+    last = theirs / "weights/last.pt"
+    os.chown(last, B, B)
+    who = safefs.Trust(A)
     with pytest.raises(RigError, match=r"last.pt belongs to uid 2002.*rig resumes only a checkpoint"):
-        trainplan.check_resumed(args, A)
-    os.chown(theirs / "weights/last.pt", A, A)  # A's own, in B's folder: B can swap it
+        resumecopy.open_checked(last, who)
+    os.chown(last, A, A)
+    os.chown(theirs / "weights", B, B)  # A's own, in B's folder: B can swap it
     with pytest.raises(RigError, match=r"weights belongs to uid 2002"):
-        trainplan.check_resumed(args, A)
-    trainplan.check_resumed({"model": str(theirs / "weights/last.pt")}, A)  # a fresh run from weights
+        resumecopy.open_checked(last, who)
+    assert trainplan.resumed_checkpoint({"resume": "True", "model": str(last)}) == last
+    assert trainplan.resumed_checkpoint({"resume": str(last)}) == last
+    assert trainplan.resumed_checkpoint({"model": str(last)}) is None  # a fresh run from weights
+    assert trainplan.resumed_checkpoint({"resume": "auto", "model": str(last)}) is None
 
 
 # --- (3) private by default ----------------------------------------------------------------------
@@ -238,11 +249,11 @@ def test_run_folders_and_checkpoints_are_private_unless_shared_with_a_group(tmp_
         {"epoch": 0}, [weights / "last.pt", weights / "best.pt"], dump=lambda c, f: f.write(b"x")
     )
     assert {stat.S_IMODE(p.stat().st_mode) for p in weights.iterdir()} == {0o600}
-    shared = rundir.claim(tmp_path, "shared", None, environ={rundir.SHARE_GROUP_ENV: "0"})
+    shared = rundir.claim(tmp_path, "shared", None, environ={safefs.SHARE_GROUP_ENV: "0"})
     assert stat.S_IMODE(shared.stat().st_mode) == 0o2750 and shared.stat().st_gid == 0
     assert stat.S_IMODE((shared / rundir.OWNER_FILE).stat().st_mode) == 0o640
     with pytest.raises(RigError, match="RIG_SHARE_GROUP='no-such-group' is not a group"):
-        rundir.share_gid({rundir.SHARE_GROUP_ENV: "no-such-group"})
+        rundir.share_gid({safefs.SHARE_GROUP_ENV: "no-such-group"})
 
 
 # --- (6) one line for every bad run name and port ------------------------------------------------
@@ -276,14 +287,21 @@ def _plan(tmp_path: Path, capsys: Any, *extra: str) -> tuple[int, list[str]]:
         (lambda p: p.mkdir(mode=0), ["name=x", "exist_ok=True"], "cannot be listed and entered by you"),
         (lambda p: p.write_text(""), ["name=x", "exist_ok=True"], "is a file, not a folder"),
         (os.mkfifo, ["name=x", "exist_ok=True"], "is a FIFO, not a folder"),
-        (lambda p: p.symlink_to(p), ["name=x", "resume=auto"], "cannot be opened as a folder"),
+        (lambda p: p.symlink_to(p), ["name=x", "resume=auto"], "x is a symbolic link, not a folder"),
         (
             lambda p: (p.mkdir(mode=0o700), (p / "weights").symlink_to("/etc")),
             ["name=x", "resume=auto"],
             "x/weights is a symbolic link",
         ),
         (None, ["name=" + "n" * 300], "is longer than 200 characters"),
-        (None, ["name=a\nb"], "name=a\\nb: holds control characters"),
+        (None, ["name=a\nb"], "name=a\\nb: holds control or format characters"),
+        (None, ["name=a\u0085b"], "name=a\\x85b: holds control or format characters"),  # NEL (C1)
+        (None, ["name=a\u009bb"], "name=a\\x9bb: holds control or format characters"),  # CSI (C1)
+        (None, ["name=a\u2028b"], "name=a\\u2028b: holds control or format"),  # line separator
+        (None, ["name=a\u2029b"], "name=a\\u2029b: holds control or format"),  # paragraph separator
+        (None, ["name=gpj.\u202eexe"], "name=gpj.\\u202eexe: holds control or format"),  # RTL override
+        (None, ["name=a\u200bb"], "name=a\\u200bb: holds control or format"),  # zero width space
+        (None, ["name=a\udcffb"], "name=a\\udcffb: holds control or format"),  # a byte that is not UTF-8
         (None, ["name=../../etc/cron.d"], "is not one folder name"),
         (
             None,
@@ -291,7 +309,10 @@ def _plan(tmp_path: Path, capsys: Any, *extra: str) -> tuple[int, list[str]]:
             "MASTER_PORT=70000 is too large; set it to an integer from 1",
         ),
     ],
-    ids=["mode 000", "file", "fifo", "link loop", "weights link", "300 chars", "newline", "slash", "port"],
+    ids=[
+        *("mode 000", "file", "fifo", "link loop", "weights link", "300 chars", "newline", "U+0085"),
+        *("U+009B", "U+2028", "U+2029", "U+202E", "U+200B", "surrogate", "slash", "port"),
+    ],
 )
 def test_every_bad_run_name_and_port_is_one_line_and_writes_nothing(
     tmp_path: Path,
@@ -314,6 +335,27 @@ def test_every_bad_run_name_and_port_is_one_line_and_writes_nothing(
     assert sorted(os.listdir(runs)) == before
 
 
+@pytest.mark.parametrize("name", ["résumé-実験", "run.v2_final", "ünï-ćödé", "λ"])
+def test_names_in_any_script_are_names(name: str) -> None:
+    assert rundir.check_name(name) == name
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ("²", "RIG_SHARE_GROUP='²' is not a group of this system"),
+        ("99999999999999999999", "RIG_SHARE_GROUP='99999999999999999999' is not a group id"),
+        ("4294967295", "RIG_SHARE_GROUP='4294967295' is not a group id (0 to 4294967294)"),
+    ],
+)
+def test_a_bad_share_group_is_one_line_in_a_dry_run(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch, plain_env: None, raw: str, says: str
+) -> None:
+    monkeypatch.setenv(safefs.SHARE_GROUP_ENV, raw)
+    code, lines = _plan(tmp_path, capsys)
+    assert code == 1 and _errors(lines) == [lines[-1]] and lines[-1].startswith(f"ERROR rig: {says}"), lines
+
+
 def test_master_port_bounds() -> None:
     for bad in ("0", "65536", "-1"):
         with pytest.raises(RigError, match="set it to an integer from 1 to 65535"):
@@ -333,7 +375,7 @@ def test_a_dry_run_never_takes_another_users_checkpoint_to_resume(
         f"ERROR rig: resume=True: no last.pt under {runs}; give model=path/to/last.pt"
     ]
     code, lines = _plan(tmp_path, capsys, "resume=True", f"model={theirs}/weights/last.pt")
-    assert code == 1 and len(_errors(lines)) == 1 and "last.pt belongs to uid 2002" in lines[-1], lines
+    assert code == 1 and len(_errors(lines)) == 1 and f"{theirs} belongs to uid 2002" in lines[-1], lines
 
 
 def test_run_folders_stay_private_under_a_group_writable_umask(tmp_path: Path) -> None:

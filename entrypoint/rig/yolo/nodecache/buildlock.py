@@ -9,8 +9,9 @@ run. Whoever waits says for whom, once: the holder's pid and command from /proc/
 this container sees it (another container's or node's process is not in its /proc).
 
 Opens never follow a link and never block (a FIFO at the lock's path), and the lock file must be
-a regular file of this user's, not writable by others: anything else there is removed and made
-anew (`open_lock`). Discovery takes the /proc root, so the tests use a fake one.
+a regular file that passes rig.safefs's trust rule (this user's or root's, writable by no one else
+but RIG_SHARE_GROUP's group): anything else there is removed and made anew (`open_lock`).
+Discovery takes the /proc root, so the tests use a fake one.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import log
+from rig import log, safefs
 from rig.errors import RigError
 
 STALL_ENV = "RIG_CACHE_LOCK_STALL_S"
@@ -61,51 +62,22 @@ def stall_s(environ: Mapping[str, str]) -> float:
     return value
 
 
-# ---------------------------------------------------------------------------------------------
-# What a file is (pure)
-
-
-def refusal(mode: int, uid: int, euid: int) -> str | None:
-    """Why a file (its lstat or fstat) cannot be trusted by euid; None when it can: a regular file
-    of euid's that nobody else may write."""
-    if not stat.S_ISREG(mode):
-        return f"is {_kind(mode)}, not a regular file"
-    if uid != euid:
-        return f"belongs to uid {uid}, not to this user (uid {euid})"
-    if mode & stat.S_IWOTH:
-        return "may be written by anyone"
-    return None
-
-
-def _kind(mode: int) -> str:
-    kinds = (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a device"),
-        (stat.S_ISBLK, "a device"),
-    )
-    return next((name for test, name in kinds if test(mode)), "not a file")
-
-
 def open_own(path: Path, flags: int = os.O_RDONLY) -> int:
-    """A (blocking) descriptor of path, a regular file of this user's that nobody else may write:
+    """A (blocking) descriptor of path, a regular file that passes rig.safefs's trust rule:
     FileNotFoundError when there is nothing, Refused for anything else, found without following a
     link and before anything could block on a FIFO."""
+    who = safefs.trust()
     try:
         fd = os.open(path, flags | _OPEN_FLAGS, 0o600)  # created (O_CREAT): private, whatever the umask
     except FileNotFoundError:
         raise
     except OSError as e:  # ELOOP: a link; EISDIR; ENXIO: a socket; EACCES: someone else's
         try:
-            st = os.lstat(path)
-            why = refusal(st.st_mode, st.st_uid, os.geteuid())
+            why = safefs.distrust(os.lstat(path), who, folder=False)
         except OSError:
             why = None
         raise Refused(why or f"cannot be opened ({e.strerror or e})") from None
-    st = os.fstat(fd)
-    why = refusal(st.st_mode, st.st_uid, os.geteuid())
+    why = safefs.distrust(os.fstat(fd), who, folder=False)
     if why is not None:
         os.close(fd)
         raise Refused(why)

@@ -24,7 +24,8 @@ says once who holds the lock, and gives the cache up (Unavailable) after RIG_CAC
 without progress.
 
 Trust: the cache decides what every rank trains on, so a file is mapped only when it is a regular
-file of this user's that nobody else may write, opened without following a link or blocking (a
+file that passes rig.safefs's trust rule (this user's or root's, that nobody else may write but
+RIG_SHARE_GROUP's group), opened without following a link or blocking (a
 FIFO), whose index fits its own bytes (each image's size is its shape times a plain numeric dtype)
 and names exactly the dataset's images. Anything else at `KEY.img` (a link, a FIFO, a folder,
 another user's or another dataset's file, a broken index) is removed by the builder, with one
@@ -516,7 +517,7 @@ def _built(
     final = directory / f"{key}{SUFFIX}"
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if problem := safefs.distrust(os.lstat(directory), os.geteuid(), folder=True):
+        if problem := safefs.distrust(os.lstat(directory), safefs.trust(environ), folder=True):
             raise buildlock.Refused(problem)  # another user's (made first), or one others can write
         lock = buildlock.open_lock(directory / f"{key}.lock")
     except (OSError, buildlock.Refused) as e:

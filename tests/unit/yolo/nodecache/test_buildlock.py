@@ -4,30 +4,46 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rig import safefs
 from rig.errors import RigError
 from rig.yolo.nodecache import buildlock
 
-REG, DIR, FIFO, LNK = stat.S_IFREG, stat.S_IFDIR, stat.S_IFIFO, stat.S_IFLNK
+from tests.helpers import needs_root
 
 
 @pytest.mark.parametrize(
-    ("mode", "uid", "expected"),
+    ("make", "share", "expected"),
     [
-        (REG | 0o644, 1000, None),
-        (REG | 0o664, 1000, None),  # group-writable: yolo's own group
-        (REG | 0o666, 1000, "may be written by anyone"),
-        (REG | 0o644, 0, "belongs to uid 0, not to this user (uid 1000)"),
-        (FIFO | 0o644, 1000, "is a FIFO, not a regular file"),
-        (DIR | 0o755, 1000, "is a folder, not a regular file"),
-        (LNK | 0o777, 1000, "is a symbolic link, not a regular file"),
+        (lambda p: p.chmod(0o644), None, None),
+        (lambda p: p.chmod(0o664), None, "can be written by gid 0 (root) (mode 0664)"),  # a group's
+        (lambda p: p.chmod(0o664), "0", None),  # ... the one the user named in RIG_SHARE_GROUP
+        (lambda p: p.chmod(0o666), "0", "can be written by anyone"),
+        (lambda p: os.chown(p, 2002, 2002), None, "belongs to uid 2002, not to you"),
+        (lambda p: (p.unlink(), os.mkfifo(p)), None, "is a FIFO, not a regular file"),
+        (lambda p: (p.unlink(), p.symlink_to("/etc/hostname")), None, "is a symbolic link, not a regular"),
     ],
+    ids=["mine", "group-writable", "shared group", "anyone", "another user's", "fifo", "link"],
 )
-def test_refusal(mode: int, uid: int, expected: str | None) -> None:
-    assert buildlock.refusal(mode, uid, 1000) == expected
+@needs_root
+def test_cache_files_follow_the_one_trust_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: Any, share: str | None, expected: str | None
+) -> None:
+    if share is not None:
+        monkeypatch.setenv(safefs.SHARE_GROUP_ENV, share)
+    path = tmp_path / "k.img"
+    path.write_bytes(b"x")
+    make(path)
+    if expected is None:
+        os.close(buildlock.open_own(path))
+    else:
+        with pytest.raises(buildlock.Refused, match=re.escape(expected)):
+            buildlock.open_own(path)
 
 
 LOCKS = """\

@@ -488,7 +488,7 @@ def test_cache_files_and_locks_are_private_and_another_users_folder_is_not_used(
         obtain(theirs)
     os.chown(theirs, 0, 0)
     os.chmod(theirs, 0o777)
-    with pytest.raises(Unavailable, match=r"not usable \(can be written by others \(mode 0777\)"):
+    with pytest.raises(Unavailable, match=r"not usable \(can be written by anyone \(mode 0777\)"):
         obtain(theirs)
     assert list(theirs.iterdir()) == []
 
