@@ -296,6 +296,12 @@ RUN mkdir -p /datasets /workspace/runs /cache \
 RUN mkdir -p /opt/rig/jupyter /opt/rig/jupyter-data \
     && : >/opt/rig/jupyter/migrated
 COPY docker/jupyter_server_config.json /opt/rig/jupyter/jupyter_server_config.json
+# JupyterLab's server runs from an execute-only copy of the interpreter: the kernel makes a process
+# non-dumpable from the exec of a program its user cannot read, so no session of yolo can trace the
+# server or take its descriptors and read its token (rig/workstation/tokengate.py). Beside the venv's
+# bin/, so it is the venv's Python (pyvenv.cfg one folder up), off the PATH.
+RUN install -d -m 0755 /opt/venv/libexec \
+    && install -m 0711 "$(readlink -f /opt/venv/bin/python)" /opt/venv/libexec/jupyter-python
 
 # pip for user yolo's sessions (docs/user-environment.md): the builder's own pip (Debian's bundled
 # wheel), run only by rig's gate (rig/workstation/pipgate.py), which installs into ~/.local on the

@@ -2,18 +2,21 @@
 
 Offline, Ultralytics answers a missing weight or dataset with a download traceback; rig answers
 with one line naming where to put it (rig.yolo.offline). A moved dataset's yaml is handed over as
-a copy with its root (rig.yolo.hostdata).
+a copy with its root (rig.yolo.hostdata). `yolo train` resuming a checkpoint gets a private copy of
+it, checked as `rig train` checks one (rig.launch.resumecopy), removed once `yolo` has ended.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 from rig import log
 from rig.errors import RigError
-from rig.yolo import hostdata
+from rig.launch import resumecopy
+from rig.yolo import hostdata, ultra
 from rig.yolo.offline import check_args
 
 _logger = log.get("yolo")
@@ -22,6 +25,9 @@ _logger = log.get("yolo")
 def cmd_yolo(args: argparse.Namespace) -> int:
     argv = hostdata.resolve_args(args.args)
     check_args(argv)
+    argv, private = resumecopy.for_yolo(argv, Path(ultra.settings_dirs()["weights_dir"]))
+    if private is not None:
+        resumecopy.remove_after(private.folder)
     _logger.info("Executing: yolo %s", " ".join(argv))
     try:
         os.execvp("yolo", ["yolo", *argv])

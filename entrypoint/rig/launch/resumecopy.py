@@ -19,6 +19,7 @@ import contextlib
 import os
 import secrets
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,3 +171,76 @@ def remove_after(folder: Path) -> None:
     finally:
         os.close(read_end)
     os.set_inheritable(write_end, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stock `yolo train` resuming, started through `rig yolo`: the same, on its arguments.
+
+
+def merged(argv: Sequence[str]) -> list[str]:
+    """Ultralytics' CLI reads `key = value`, `key= value` and `key =value` as key=value."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "=" and out and i + 1 < len(argv):
+            out[-1] = f"{out[-1]}={argv[i + 1]}"
+            i += 2
+        elif a.endswith("=") and a != "=" and i + 1 < len(argv) and "=" not in argv[i + 1]:
+            out.append(a + argv[i + 1])
+            i += 2
+        elif a.startswith("=") and a != "=" and out:
+            out[-1] += a
+            i += 1
+        else:
+            out.append(a)
+            i += 1
+    return out
+
+
+def yolo_resumed(argv: Sequence[str]) -> tuple[str, int] | None:
+    """The checkpoint `yolo train` would resume, as (its path as given, the argument naming it): that of
+    resume=PATH, or model=X.pt with resume (resume=True); None when it resumes nothing."""
+    args = [a[2:] if a.startswith("--") else a for a in merged(argv)]
+    found: dict[str, tuple[str, int]] = {}
+    train = False
+    for i, a in enumerate(args):
+        key, eq, value = a.partition("=")
+        if eq:
+            found[key] = (value, i)
+            train = train or (key == "mode" and value == "train")
+        elif a == "resume":
+            found["resume"] = ("True", i)
+        train = train or a == "train"
+    resume, i = found.get("resume", ("", -1))
+    if not train or resume.strip().lower() in {"", "false", "none", "0"}:
+        return None
+    if resume.strip().lower() != "true":
+        return resume, i
+    model, i = found.get("model", ("", -1))
+    return (model, i) if model.endswith(".pt") else None
+
+
+def for_yolo(
+    argv: Sequence[str], weights_dir: Path, who: safefs.Trust | None = None
+) -> tuple[list[str], Copy | None]:
+    """Stock `yolo train` resuming: its checkpoint (as Ultralytics finds it: the path, else a bare name
+    in the weights folder) opened and checked, copied; the arguments with the copy in its place.
+    Anything else: the arguments unchanged, merged as Ultralytics reads them."""
+    args = merged(argv)
+    resumed = yolo_resumed(args)
+    if resumed is None:
+        return args, None
+    given, i = resumed
+    path = Path(given)
+    if not path.exists() and not path.is_absolute() and len(path.parts) == 1:
+        path = weights_dir / path
+    checked = open_checked(path, who)
+    try:
+        made = copy(checked, who=who)
+    finally:
+        checked.close()
+    key = args[i].lstrip("-").partition("=")[0]
+    args[i] = f"{key}={made.file}"
+    _logger.info("resuming %s: `yolo` loads a private copy of it, %s", path, made.file)
+    return args, made

@@ -1,14 +1,18 @@
-"""`python -I -m rig.workstation.labserver [--trust-home] ARGS`: JupyterLab, with its token from stdin,
-started fast.
+"""`jupyter-python -I -m rig.workstation.labserver [--trust-home] ARGS`: JupyterLab, with its token
+from stdin, started fast.
 
-The token: the supervisor opens a root-only file (services.JUPYTER_TOKEN_FILE) as this process's
-stdin. The server first makes itself non-dumpable (prctl PR_SET_DUMPABLE 0): its /proc/PID/environ,
-fd/ and mem become root's, and the sessions of user yolo, the same uid, can no longer read or
-ptrace it. Then it reads the token and gives it to JupyterLab as command-line configuration, which
-outranks every config file, inside this process only (`/proc/PID/cmdline` shows the original argv).
-Kernels and terminals are separate programs: exec makes them dumpable again, with /dev/null as stdin.
-The server's info files (`jpserver-PID.json`, `jpserver-PID-open.html` in its runtime folder,
-which hold the token) are not written.
+The token: this process runs from an execute-only copy of the interpreter (services.JUPYTER_PYTHON),
+so the kernel makes it non-dumpable from its exec on: its /proc/PID/environ, fd/ and mem are root's,
+and the sessions of user yolo, the same uid, can neither ptrace it nor take its descriptors
+(pidfd_getfd) at any moment (prctl PR_SET_DUMPABLE 0 here says so again). Its stdin is a socket the
+supervisor holds: the server asks for its token there, and rig.workstation.tokengate writes it only
+to a process it has seen untraced, never stopped and never dumpable since its exec. The server gives
+it to JupyterLab as command-line configuration, which outranks every config file, inside this
+process only (`/proc/PID/cmdline` shows the original argv). Kernels and terminals are separate
+programs started from readable ones (sys.executable is the venv's own `python` again): exec makes
+them dumpable, as the user's own processes are, with /dev/null as stdin. The server's info files
+(`jpserver-PID.json`, `jpserver-PID-open.html` in its runtime folder, which hold the token) are not
+written.
 
 The login cookie: tornado signs it with the server's cookie secret, which jupyter_server keeps in a
 file of its runtime folder, the same at every start. Anyone who reads that file forges a login
@@ -33,15 +37,17 @@ makes jsonschema skip that one checker in this process only; kernels are separat
 keep it.
 """
 
+import contextlib
 import ctypes
 import os
 import secrets
 import site
 import sys
+from pathlib import Path
 from typing import Any
 
 from rig.errors import RigError
-from rig.workstation import handover, userenv
+from rig.workstation import handover, tokengate, userenv
 
 PR_SET_DUMPABLE = 4
 MIN_TOKEN = 16
@@ -54,7 +60,10 @@ def not_dumpable() -> None:
 
 
 def read_token() -> str:
-    """The token on stdin (one line), then stdin becomes /dev/null for whatever the server starts."""
+    """The token, asked for on stdin (rig.workstation.tokengate) and read there (one line); then
+    stdin becomes /dev/null for whatever the server starts."""
+    with contextlib.suppress(OSError):  # a plain pipe (not the supervisor's socket): just read
+        os.write(0, tokengate.ASK)
     token = os.read(0, 4096).decode(errors="replace").strip()
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -62,8 +71,18 @@ def read_token() -> str:
     return token
 
 
+def readable_python() -> None:
+    """Kernels and the rest of what the server starts run the venv's own `python` (jupyter_client
+    starts a kernel spec's `python` as sys.executable): readable, so dumpable like the user's
+    processes, not this execute-only copy."""
+    python = Path(sys.prefix) / "bin" / "python"
+    if python.exists():
+        sys.executable = str(python)
+
+
 def main() -> int:
     not_dumpable()
+    readable_python()
     token = read_token()
     if len(token) < MIN_TOKEN or any(c.isspace() for c in token):
         print("ERROR jupyter: no token on stdin; start JupyterLab with `rig serve`", file=sys.stderr)

@@ -24,6 +24,10 @@ JUPYTER_CONFIG_DIR = paths.OPT / "jupyter"
 JUPYTER_DATA_DIR = paths.OPT / "jupyter-data"
 # Its runtime folder (kernels' connection files): made afresh by `rig serve` at every start.
 JUPYTER_RUNTIME_DIR = paths.RUN / "jupyter"
+# The interpreter JupyterLab's server runs from: an execute-only copy of the venv's (root's, 0711,
+# the Dockerfile): the kernel makes a process non-dumpable from the exec of a program its user cannot
+# read, so no session can trace the server or take its descriptors, ever (rig.workstation.tokengate).
+JUPYTER_PYTHON = "/opt/venv/libexec/jupyter-python"
 JUPYTER_USER_DIR = users.HOME / ".jupyter/lab"  # JupyterLab's settings and workspaces: data, yolo's
 # RIG_JUPYTER_TRUST_HOME=1: the server also loads what the user added in ~/.local (server and lab
 # extensions, kernel specs, nbconvert templates, language servers), at the price in docs/security.md.
@@ -60,16 +64,16 @@ def trusts_home(environ: Mapping[str, str]) -> bool:
 
 def jupyter_spec(environ: Mapping[str, str], ids: users.Ids, token: Callable[[], str]) -> ServiceSpec:
     """JupyterLab; `token()`, asked for at every start of the server, travels on its stdin
-    (rig.workstation.labserver): not in its environment, which every kernel and terminal inherits,
-    not in argv, which every process sees, not on disk. Its port is held by the supervisor
-    (rig.workstation.handover)."""
+    (rig.workstation.labserver, rig.workstation.tokengate): not in its environment, which every
+    kernel and terminal inherits, not in argv, which every process sees, not on disk. Its port is
+    held by the supervisor (rig.workstation.handover)."""
     trusted = trusts_home(environ)
     argv = (
         # `jupyter lab`, minus a slow import (see there); isolated (rig.safepython): nothing in its
         # working folder (/workspace: terminals open there) or ~/.local is imported into the server,
         # and Jupyter reads no config from its working folder. Trusting the home, ~/.local's
         # packages are importable after the image's.
-        *safepython.module("/opt/venv/bin/python", "rig.workstation.labserver", safepython.SERVICE),
+        *safepython.module(JUPYTER_PYTHON, "rig.workstation.labserver", safepython.SERVICE),
         *([labserver.TRUST_HOME] if trusted else []),
         "--no-browser",
         "--ServerApp.ip=0.0.0.0",

@@ -75,15 +75,24 @@ class Status:
 
 
 def after_exit(
-    status: Status, now: float, policy: Policy, users_own: bool = False, killed: bool = False
+    status: Status,
+    now: float,
+    policy: Policy,
+    users_own: bool = False,
+    killed: bool = False,
+    refused: bool = False,
 ) -> Status:
     """BACKOFF with a growing delay, or FATAL once the service has failed too often in a row.
 
     users_own: the service runs as the sessions' user, who may kill it (and every restart) at will.
     Such an exit (`killed`: by a signal the supervisor did not send), or any exit after it answered,
     counts no failure: no user's kills can spend the restart budget and restart the whole
-    workstation (every session dropped). Failing to start by itself still counts.
+    workstation (every session dropped). Failing to start by itself still counts. A start whose
+    secret was refused (`refused`: a session traced or stopped it, rig.workstation.tokengate) is the
+    session's act as well: it counts no failure either.
     """
+    if refused:
+        return Status(State.BACKOFF, now, status.failures, now + policy.backoff_base)
     if users_own and (killed or status.state is State.RUNNING):
         failures = 0 if status.state is State.RUNNING else status.failures
         return Status(State.BACKOFF, now, failures, now + policy.backoff_base)
@@ -96,16 +105,20 @@ def after_exit(
 
 
 def spawn(
-    spec: ServiceSpec, env: Mapping[str, str] | None = None, pass_fds: tuple[int, ...] = ()
+    spec: ServiceSpec,
+    env: Mapping[str, str] | None = None,
+    pass_fds: tuple[int, ...] = (),
+    on_refused: Callable[[int, str], None] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a service in its own process group (so TERM/KILL reach its children too); `env` and
-    `pass_fds`: what rig.workstation.handover hands it, if anything."""
+    `pass_fds`: what rig.workstation.handover hands it, if anything. on_refused(pid, why): a guarded
+    start whose secret the gate refused (a session traced or stopped it)."""
     spec = replace(spec, env={**spec.env, **(env or {})}) if env else spec
     if spec.stdin is None:
         return _popen(spec, subprocess.DEVNULL, pass_fds)
     secret = spec.stdin()  # at every start: a secret can be new at each
     if spec.stdin_guarded:
-        return _spawn_guarded(spec, secret, pass_fds)
+        return _spawn_guarded(spec, secret, pass_fds, on_refused)
     # A pipe holds far more than a secret, so it is written in full before the service reads it. Its
     # inode is root's (0600): another process of the service's user cannot reopen it through /proc.
     read_end, write_end = os.pipe()
@@ -119,21 +132,37 @@ def spawn(
         os.close(read_end)
 
 
-def _spawn_guarded(spec: ServiceSpec, secret: bytes, pass_fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
-    """The service started with an empty pipe as stdin; the secret follows once tokengate allows."""
-    read_end, write_end = os.pipe()
+def _spawn_guarded(
+    spec: ServiceSpec,
+    secret: bytes,
+    pass_fds: tuple[int, ...],
+    on_refused: Callable[[int, str], None] | None = None,
+) -> subprocess.Popen[bytes]:
+    """The service started with one end of a socket pair as stdin; the secret follows on the other
+    once the server asks and tokengate allows."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        proc = _popen(spec, read_end, pass_fds)
+        proc = _popen(spec, theirs.fileno(), pass_fds)
     except BaseException:
-        os.close(write_end)
+        ours.close()
         raise
     finally:
-        os.close(read_end)
+        theirs.close()
 
     def feed() -> None:
         uid = spec.ids.uid if spec.ids else os.geteuid()
-        if why := tokengate.hand(proc.pid, spec.argv, uid, secret, write_end):
-            log.get(spec.name).warning("not given its token (%s): started again", why)
+        got = tokengate.hand(proc.pid, spec.argv, uid, secret, ours)
+        if got.given:
+            return
+        if got.refused:
+            log.get(spec.name).warning(
+                "not given its token (%s): a session's doing, not the service failing; started again",
+                got.why,
+            )
+            if on_refused is not None:
+                on_refused(proc.pid, got.why)
+        else:
+            log.get(spec.name).warning("not given its token (%s): started again", got.why)
 
     threading.Thread(target=feed, name=f"{spec.name}-token", daemon=True).start()
     return proc
@@ -202,6 +231,7 @@ class Supervisor:
         self.guards: dict[str, socket.socket | None] = {}  # the IPv6 side of the others' ports
         self.ready_pipes: dict[str, int] = {}  # their read ends, while they start
         self.inodes: dict[str, tuple[int, ...]] = {}  # the sockets a RUNNING service listens on
+        self.refused: set[int] = set()  # starts whose secret the gate refused (their pids): not failures
 
     def hold_ports(self) -> None:
         """Listen on the held services' ports and guard the IPv6 side of the others', before any
@@ -235,7 +265,7 @@ class Supervisor:
         logger = log.get(name)
         handed = handover.hand_over(self.held[name]) if name in self.held else None
         try:
-            proc = spawn(spec, handed.env, handed.fds) if handed else spawn(spec)
+            proc = spawn(spec, handed.env if handed else None, handed.fds if handed else (), self._refused)
         except OSError as e:
             if handed:
                 os.close(handed.ready_read)
@@ -255,10 +285,15 @@ class Supervisor:
         self.pumps.append(pump)
         self._set(name, replace(self.status[name], state=State.STARTING, since=self.clock()))
 
-    def _failed(self, name: str, how: str, killed: bool = False) -> None:
+    def _refused(self, pid: int, _why: str) -> None:
+        """From the gate's thread: the start of pid is ended by the loop and counts no failure."""
+        self.refused.add(pid)
+        self.events.put(signal.SIGCHLD)  # wake the loop
+
+    def _failed(self, name: str, how: str, killed: bool = False, refused: bool = False) -> None:
         now = self.clock()
         users_own = self.specs[name].ids is not None
-        new = after_exit(self.status[name], now, self.policy, users_own, killed)
+        new = after_exit(self.status[name], now, self.policy, users_own, killed, refused)
         self._set(name, new)
         if new.state is State.FATAL:
             log.get(name).error(
@@ -282,11 +317,16 @@ class Supervisor:
                 code = proc.returncode
                 ours = name in self.timed_out
                 self.timed_out.discard(name)
+                refused = proc.pid in self.refused
+                self.refused.discard(proc.pid)
                 self._failed(
                     name,
                     f"exited (killed by signal {-code})" if code < 0 else f"exited (code {code})",
                     killed=code < 0 and not ours,
+                    refused=refused,
                 )
+            elif proc is not None and proc.pid in self.refused:
+                _signal_group(proc.pid, signal.SIGKILL)  # stopped or traced: it never gets its secret
             elif status.state is State.STARTING and proc is not None:
                 inodes = self._listens(name, proc.pid)
                 if inodes:

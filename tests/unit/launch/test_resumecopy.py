@@ -185,3 +185,41 @@ def _topology(tmp_path: Path) -> Any:
     from rig.launch import job
 
     return job.topology(str(tmp_path / "sys"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "resumed"),
+    [
+        (["train", "resume", "model=runs/last.pt"], ("runs/last.pt", 2)),
+        (["train", "resume=True", "model=runs/last.pt"], ("runs/last.pt", 2)),
+        (["detect", "train", "model=a/last.pt", "--resume"], ("a/last.pt", 2)),
+        (["train", "resume=a/last.pt", "model=yolo11n.pt"], ("a/last.pt", 1)),
+        (["mode=train", "resume", "=", "a/last.pt"], ("a/last.pt", 1)),  # merged as Ultralytics does
+        (["train", "resume=", "a/last.pt"], ("a/last.pt", 1)),
+        (["train", "resume=False", "model=a/last.pt"], None),
+        (["train", "model=a/last.pt"], None),  # a fresh run from weights
+        (["train", "resume"], None),  # no checkpoint named: stock starts anew from its default
+        (["val", "resume", "model=a/last.pt"], None),
+        (["train", "resume", "model=yolo11n.yaml"], None),
+    ],
+)
+def test_what_stock_yolo_would_resume(argv: list[str], resumed: tuple[str, int] | None) -> None:
+    assert resumecopy.yolo_resumed(argv) == resumed
+
+
+@needs_root
+def test_rig_yolo_gives_stock_yolo_the_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir(mode=0o700)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs/weights").mkdir(parents=True)
+    (tmp_path / "runs/weights/last.pt").write_bytes(b"ckpt")
+    argv, made = resumecopy.for_yolo(["train", "resume", "model=runs/weights/last.pt"], tmp_path / "w")
+    assert made is not None and argv == ["train", "resume", f"model={made.file}"]
+    assert made.file.read_bytes() == b"ckpt" and made.folder.parent == tmp_path / "tmp"
+    argv, made = resumecopy.for_yolo(["train", "resume", "=", "runs/weights/last.pt"], tmp_path / "w")
+    assert made is not None and argv == ["train", f"resume={made.file}"]
+    assert resumecopy.for_yolo(["train", "model=x.pt"], tmp_path / "w") == (["train", "model=x.pt"], None)
+    os.chmod(tmp_path / "runs", 0o777)  # a folder above it anyone can write
+    with pytest.raises(RigError, match=r"/runs can be written by anyone"):
+        resumecopy.for_yolo(["train", "resume", "model=runs/weights/last.pt"], tmp_path / "w")

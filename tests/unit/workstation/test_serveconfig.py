@@ -101,7 +101,7 @@ def test_jupyter_token_travels_on_stdin_not_the_environment_argv_or_a_config() -
     assert not any("s" * 20 in arg for arg in spec.argv) and "s" * 20 not in repr(spec)
     assert spec.stdin is not None and spec.stdin() == b"s" * 20 + b"\n"
     assert not any("--config" in a for a in spec.argv)
-    assert spec.argv[:4] == ("/opt/venv/bin/python", "-I", "-m", "rig.workstation.labserver")
+    assert spec.argv[:4] == ("/opt/venv/libexec/jupyter-python", "-I", "-m", "rig.workstation.labserver")
     assert spec.env["JUPYTER_CONFIG_DIR"] == str(services.JUPYTER_CONFIG_DIR)
     assert not set(spec.env) & serveconfig.SECRET_VARIABLES  # kernels and terminals inherit this
     assert spec.env["HOME"] == "/home/yolo"
@@ -114,7 +114,8 @@ def test_services_run_nothing_from_the_home_unless_the_user_trusts_it() -> None:
     environ = {"PATH": "/opt/venv/bin:/usr/bin", "PYTHONPATH": "/workspace/src"}
     jupyter = services.jupyter_spec(environ, CURRENT, lambda: "s" * 20)
     # The server: isolated, the image's data folder, a runtime folder of this start, its port held.
-    assert jupyter.argv[:4] == ("/opt/venv/bin/python", "-I", "-m", "rig.workstation.labserver")
+    # From an interpreter yolo may execute, not read: never dumpable (rig.workstation.tokengate).
+    assert jupyter.argv[:4] == ("/opt/venv/libexec/jupyter-python", "-I", "-m", "rig.workstation.labserver")
     assert jupyter.env["JUPYTER_DATA_DIR"] == "/opt/rig/jupyter-data"
     assert jupyter.env["JUPYTER_RUNTIME_DIR"] == "/run/rig/jupyter"
     assert not any("LanguageServerManager" in a for a in jupyter.argv)  # the image's config: off
@@ -133,7 +134,7 @@ def test_services_run_nothing_from_the_home_unless_the_user_trusts_it() -> None:
     assert tensorboard.listen == "127.0.0.1" and tensorboard.env["HOME"] == "/home/yolo"
     trusted = services.jupyter_spec({**environ, "RIG_JUPYTER_TRUST_HOME": "1"}, CURRENT, lambda: "s" * 20)
     assert trusted.argv[:5] == (
-        "/opt/venv/bin/python",
+        "/opt/venv/libexec/jupyter-python",
         "-I",
         "-m",
         "rig.workstation.labserver",

@@ -1,92 +1,179 @@
-"""The Jupyter token goes down the server's stdin only once the server is its own program, not
-dumpable and untraced: real child processes, /proc as it is (the tests run as root, the children
-as uid 2001, the server's user)."""
+"""The Jupyter token goes down the server's stdin only to a process no session could have traced:
+its own program, not dumpable since its exec, untraced, not stopped, once it asks. Real child
+processes, /proc as it is (the tests run as root, the children as uid 2001, the server's user,
+from an execute-only copy of the interpreter as in the image); a refused start is not a failure."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from rig.workstation import services, supervisor, tokengate
 from rig.workstation.spec import ServiceSpec
+from rig.workstation.supervisor import Policy, State, Status, Supervisor, after_exit
 from rig.workstation.users import Ids
 
 from tests.helpers import needs_root
+from tests.helpers.waiting import wait_until
 
 ARGV = ("/usr/bin/python3", "-m", "server")
-STATUS = "Name:\tpython3\nTracerPid:\t{}\nUid:\t2001\n"
+STATUS = "Name:\tpython3\nState:\t{}\nTracerPid:\t{}\nUid:\t2001\n"
 
 
 @pytest.mark.parametrize(
-    ("cmdline", "owner", "tracer", "what"),
+    ("cmdline", "owner", "tracer", "state", "what"),
     [
-        (b"/usr/bin/python3\0-m\0server\0", 0, 0, tokengate.GIVE),
-        (b"/usr/bin/python3\0-m\0server\0", 65534, 0, tokengate.GIVE),  # root unmapped: a user namespace
-        (b"/usr/bin/python3\0-m\0server\0", 2001, 0, tokengate.WAIT),  # still dumpable
-        (b"rig\0serve\0", 0, 0, tokengate.WAIT),  # forked, not exec'd yet (root's, the supervisor's argv)
-        (b"/usr/bin/python3\0-m\0server\0", 0, 4242, tokengate.REFUSE),  # a session attached first
-        (b"/usr/bin/python3\0-m\0server\0", 2001, 4242, tokengate.REFUSE),  # and made it dumpable again
+        (b"/usr/bin/python3\0-m\0server\0", 0, 0, "S (sleeping)", tokengate.GIVE),
+        (b"/usr/bin/python3\0-m\0server\0", 65534, 0, "R (running)", tokengate.GIVE),  # a user namespace
+        (b"rig\0serve\0", 0, 0, "R (running)", tokengate.WAIT),  # forked, not exec'd yet
+        (b"/usr/bin/python3\0-m\0server\0", 2001, 0, "S (sleeping)", tokengate.FAIL),  # dumpable: traceable
+        (b"/usr/bin/python3\0-m\0server\0", 0, 4242, "S (sleeping)", tokengate.REFUSE),  # a session attached
+        (b"/usr/bin/python3\0-m\0server\0", 2001, 4242, "t (tracing stop)", tokengate.REFUSE),
+        (b"/usr/bin/python3\0-m\0server\0", 0, 0, "T (stopped)", tokengate.REFUSE),  # SIGSTOP
+        (b"rig\0serve\0", 0, 0, "T (stopped)", tokengate.REFUSE),  # stopped before its exec
+        (b"", 0, 0, "Z (zombie)", tokengate.FAIL),
     ],
 )
-def test_the_verdict(cmdline: bytes, owner: int, tracer: int, what: str) -> None:
-    assert tokengate.verdict(cmdline, ARGV, owner, 2001, STATUS.format(tracer))[0] == what
+def test_the_verdict(cmdline: bytes, owner: int, tracer: int, state: str, what: str) -> None:
+    assert tokengate.verdict(cmdline, ARGV, owner, 2001, STATUS.format(state, tracer))[0] == what
 
 
+# The server's part: ask on stdin (the socket), then read the token.
 SERVER = """
-import ctypes, os, sys
-if sys.argv[1] == "guarded":
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as the server does first
+import contextlib, os, sys, time
+time.sleep(float(sys.argv[1]))
+with contextlib.suppress(OSError):  # the gate may have closed its end already (labserver's way too)
+    os.write(0, b"?")
 print("GOT", os.read(0, 100).decode().strip() or "nothing", flush=True)
 """
 
 
-def _serve(mode: str, deadline_s: float) -> tuple[str, str]:
-    argv = ("/usr/bin/python3", "-c", SERVER, mode)  # one uid 2001 may run
-    read_end, write_end = os.pipe()
-    proc = subprocess.Popen(argv, stdin=read_end, stdout=subprocess.PIPE, text=True, user=2001, group=2001)
-    os.close(read_end)
-    why: list[str] = []
+@pytest.fixture(scope="module")
+def pythons() -> Iterator[dict[str, str]]:
+    """The system's interpreter (one uid 2001 may run), readable as usual, and an execute-only copy
+    (root's, 0711) as the image has."""
+    readable = os.path.realpath("/usr/bin/python3")
+    folder = Path(f"/tmp/rig-test-python-{os.getpid()}")
+    folder.mkdir(mode=0o755)
+    xonly = folder / "python-x"
+    shutil.copy(readable, xonly)
+    xonly.chmod(0o711)
+    try:
+        yield {"readable": readable, "execute-only": str(xonly)}
+    finally:
+        shutil.rmtree(folder)
+
+
+def _serve(python: str, delay: float, deadline_s: float, stop: bool = False) -> tuple[str, tokengate.Outcome]:
+    argv = (python, "-I", "-c", SERVER, str(delay))
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen(argv, stdin=theirs, stdout=subprocess.PIPE, text=True, user=2001, group=2001)
+    theirs.close()
+    if stop:
+        os.kill(proc.pid, signal.SIGSTOP)  # what a session of the same uid may do to a new server
+    got: list[tokengate.Outcome] = []
     feeder = threading.Thread(
-        target=lambda: why.append(
-            tokengate.hand(proc.pid, argv, 2001, b"s3cret\n", write_end, deadline_s=deadline_s)
+        target=lambda: got.append(
+            tokengate.hand(proc.pid, argv, 2001, b"s3cret\n", ours, deadline_s=deadline_s)
         )
     )
     feeder.start()
+    feeder.join(timeout=60)
+    if stop:
+        os.kill(proc.pid, signal.SIGCONT)
     out, _ = proc.communicate(timeout=30)
-    feeder.join(timeout=30)
-    return out.strip(), why[0]
+    return out.strip(), got[0]
 
 
 @needs_root
-def test_a_server_that_makes_itself_non_dumpable_gets_the_token_one_that_does_not_gets_nothing() -> None:
-    assert _serve("guarded", 60) == ("GOT s3cret", "")  # the deadline: only a very slow start meets it
-    out, why = _serve("dumpable", 1)  # what a session that flipped the flag back leaves
-    assert out == "GOT nothing" and "still dumpable" in why, (out, why)
+def test_only_a_server_never_dumpable_gets_the_token_once_it_asks(pythons: dict[str, str]) -> None:
+    out, got = _serve(pythons["execute-only"], 0.3, 60)
+    assert (out, got) == ("GOT s3cret", tokengate.Outcome(True)), (out, got)
+    # A readable interpreter: dumpable after its exec, so a session could have traced it.
+    out, got = _serve(pythons["readable"], 0.3, 60)
+    assert out == "GOT nothing" and not got.given and not got.refused and "dumpable" in got.why, (out, got)
+    # Stopped by a session before it asked: refused, the session's act.
+    out, got = _serve(pythons["execute-only"], 0.3, 60, stop=True)
+    assert out == "GOT nothing" and got.refused and "stopped" in got.why, (out, got)
+    # Never asking: nothing, at the deadline.
+    out, got = _serve(pythons["execute-only"], 3, 1)
+    assert out == "GOT nothing" and not got.given and "did not ask" in got.why, (out, got)
 
 
 def test_a_traced_server_gets_nothing(tmp_path: Path) -> None:
     # A fake /proc: the process as a session's ptrace leaves it, its tracer named.
-    proc = tmp_path
-    (proc / "77").mkdir()
-    (proc / "77/cmdline").write_bytes(b"/usr/bin/python3\0-m\0server\0")
-    (proc / "77/status").write_text(STATUS.format(4242))
-    read_end, write_end = os.pipe()
-    assert tokengate.hand(77, ARGV, 2001, b"s3cret", write_end, proc=proc) == "it is traced by pid 4242"
-    assert os.read(read_end, 100) == b""  # closed empty
-    os.close(read_end)
+    (tmp_path / "77").mkdir()
+    (tmp_path / "77/cmdline").write_bytes(b"/usr/bin/python3\0-m\0server\0")
+    (tmp_path / "77/status").write_text(STATUS.format("S (sleeping)", 4242))
+    ours, theirs = socket.socketpair()
+    got = tokengate.hand(77, ARGV, 2001, b"s3cret", ours, proc=tmp_path)
+    assert got == tokengate.Outcome(False, "it is traced by pid 4242", refused=True)
+    assert theirs.recv(100) == b""  # closed empty
+    theirs.close()
 
 
 @needs_root
-def test_the_supervisor_hands_jupyters_token_through_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_supervisor_hands_jupyters_token_through_the_gate(
+    pythons: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert services.jupyter_spec({}, Ids(2001, 2001), lambda: "s" * 20).stdin_guarded
-    for mode, got, deadline in (("guarded", "GOT s3cret", 60.0), ("dumpable", "GOT nothing", 1.0)):
+    for python, got, deadline in (
+        (pythons["execute-only"], "GOT s3cret", 60.0),
+        (pythons["readable"], "GOT nothing", 5.0),
+    ):
         monkeypatch.setattr(tokengate, "DEADLINE_S", deadline)
-        spec = ServiceSpec("probe", ("/usr/bin/python3", "-c", SERVER, mode), 1, ids=Ids(2001, 2001))
+        spec = ServiceSpec("probe", (python, "-I", "-c", SERVER, "0.3"), 1, ids=Ids(2001, 2001))
         spec = dataclasses.replace(spec, stdin=lambda: b"s3cret\n", stdin_guarded=True, cwd=Path("/tmp"))
         proc = supervisor.spawn(spec)
         out, _ = proc.communicate(timeout=60)
-        assert out.decode().strip() == got, (mode, out)
+        assert out.decode().strip() == got, (python, out)
+
+
+# ---- a refused start is the session's act: it never spends the restart budget ---------------------
+POLICY = Policy(max_failures=3, backoff_base=0.2, backoff_cap=1, stable_after=60)
+
+
+def test_refused_starts_count_no_failure() -> None:
+    s = Status(State.STARTING, since=0, failures=2)
+    for now in range(1, 20):
+        s = after_exit(Status(State.STARTING, now - 1, s.failures), now, POLICY, users_own=True, refused=True)
+        assert (s.state, s.failures, s.retry_at) == (State.BACKOFF, 2, now + 0.2)
+    s = after_exit(Status(State.STARTING, 0, s.failures), 1, POLICY, users_own=True)  # its own failure
+    assert s.state is State.FATAL
+
+
+@needs_root
+def test_a_session_stopping_every_new_server_never_makes_the_workstation_fatal(
+    pythons: dict[str, str],
+) -> None:
+    """Five starts in a row stopped before they ask (with POLICY's 3 as the budget): each is refused,
+    ended by the supervisor and started again; the supervisor never goes FATAL."""
+    spec = ServiceSpec("lab", (pythons["execute-only"], "-I", "-c", SERVER, "0.5"), 1, ids=Ids(2001, 2001))
+    spec = dataclasses.replace(spec, stdin=lambda: b"s3cret\n", stdin_guarded=True, cwd=Path("/tmp"))
+    sup = Supervisor([spec], policy=POLICY, probe=lambda _port, _pid: ())
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
+    thread.start()
+    stopped: set[int] = set()
+    try:
+        while len(stopped) < 5:  # a session's loop: every new server stopped at once
+            proc = wait_until(
+                lambda: (p := sup.procs.get("lab")) and p.pid not in stopped and p, timeout=30, interval=0.001
+            )
+            os.kill(proc.pid, signal.SIGSTOP)
+            stopped.add(proc.pid)
+        wait_until(lambda: (p := sup.procs.get("lab")) and p.pid not in stopped, timeout=30, interval=0.01)
+        assert not result and sup.status["lab"].state is not State.FATAL, sup.status
+        assert sup.status["lab"].failures == 0, sup.status
+    finally:
+        sup.events.put(signal.SIGTERM)
+        thread.join(timeout=30)
+    assert result == [0]
