@@ -155,15 +155,19 @@ def open_trusted(
 ) -> int:
     """A descriptor of path (a regular file, or a folder), opened from `/` one step at a time with
     O_NOFOLLOW, each step fstat-checked by distrust on the descriptor it came from: what is returned
-    is what was checked, whoever renames what meanwhile. A relative path is taken from the working
-    folder; `..` is resolved by name. Untrusted for a step that does not pass (a link included);
-    FileNotFoundError once a missing step is reached, every step above it checked. create_mode: the
-    missing folders are made (mode & ~umask, never writable by others), each in its checked parent."""
+    is what was checked, whoever renames what meanwhile. A mount point on the way pins what is below
+    it (rename(2) and rmdir(2) of a mount point fail with EBUSY), so the folders above one do not
+    decide what is below it: the container's /workspace above a runs volume, whoever owns it. A
+    relative path is taken from the working folder; `..` is resolved by name. Untrusted for a step
+    that does not pass (a link included); FileNotFoundError once a missing step is reached, every
+    step above it passing. create_mode: the missing folders are made (mode & ~umask, never writable
+    by others), each in its checked parent."""
     full = Path(os.path.normpath(os.path.join(os.getcwd(), path)))
     here = Path("/")
     fd = os.open("/", _DIR_FLAGS)
     try:
-        _check(fd, here, who, folder=True)
+        mount = _mount_id(fd)
+        refused = _refusal(fd, here, who, folder=True)
         names = full.parts[1:]
         for i, name in enumerate(names):
             here = here / name
@@ -171,6 +175,8 @@ def open_trusted(
             try:
                 step = os.open(name, _READ_FLAGS if leaf else _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
+                if refused is not None:
+                    raise refused from None  # nothing is made, or looked for, under such a folder
                 if create_mode is None or leaf:
                     raise
                 with contextlib.suppress(FileExistsError):
@@ -180,13 +186,35 @@ def open_trusted(
                 raise _unopenable(name, fd, here, leaf, e) from None
             os.close(fd)
             fd = step
-            _check(fd, here, who, folder=not leaf)
+            if (below := _mount_id(fd)) is not None and mount is not None and below != mount:
+                refused = None  # a mount point: nothing above it can rename or remove it
+            mount = below
+            refused = refused or _refusal(fd, here, who, folder=not leaf)
+        if refused is not None:
+            raise refused
         if not folder:
             os.set_blocking(fd, True)
         return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def _mount_id(fd: int) -> int | None:
+    """The mount an open descriptor is on (/proc's fdinfo); None where /proc does not say."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+            for line in f:
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _refusal(fd: int, here: Path, who: Trust, *, folder: bool) -> Untrusted | None:
+    problem = distrust(os.fstat(fd), who, folder=folder)
+    return Untrusted(here, problem) if problem else None
 
 
 def _step(name: str, dir_fd: int, here: Path, leaf: bool) -> int:
@@ -203,11 +231,6 @@ def _unopenable(name: str, dir_fd: int, here: Path, leaf: bool, e: OSError) -> U
     if what == ("a folder" if not leaf else "a file") or what == "nothing":
         return Untrusted(here, f"cannot be opened ({e.strerror or e})")  # EACCES: a folder you cannot enter
     return Untrusted(here, f"is {what}, not {'a regular file' if leaf else 'a folder'}")
-
-
-def _check(fd: int, here: Path, who: Trust, *, folder: bool) -> None:
-    if problem := distrust(os.fstat(fd), who, folder=folder):
-        raise Untrusted(here, problem)
 
 
 def not_regular(path: str | Path) -> str | None:

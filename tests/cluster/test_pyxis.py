@@ -94,3 +94,40 @@ def test_the_entrypoint_runs_once_per_node_and_its_environment_reaches_every_tas
     # Without --container-entrypoint, nothing of it.
     plain = cluster.check(f"srun -N1 --nodelist=node0 --container-image=x {probe}")
     assert "order= " in plain, plain
+
+
+def test_another_users_premade_state_folder_is_refused_and_never_used(cluster: Cluster) -> None:
+    """B (uid 2002) makes /tmp/pyxis-stand-in-<A's uid> on node0 first, 0777, with the environment
+    files of A's next steps preloading B's library: A's task is refused in one line and nothing of B's
+    reaches any process of A's. Then, B's folder gone, A's own is made private and the task runs."""
+    uid = cluster.check("id -u").strip()
+    planted = f"/tmp/pyxis-stand-in-{uid}"
+    site = "/tmp/bobs-site"
+    env = f"LD_PRELOAD={site}/libnote.so\\0SITE_PRELOAD_NOTES={site}/notes\\0"
+    try:
+        cluster.check(
+            f"rm -rf {planted} {site} && mkdir -p {site} "
+            f"&& printf %s {shlex.quote(PRELOAD_C)} > {site}/note.c "
+            f"&& gcc -shared -fPIC -o {site}/libnote.so {site}/note.c "
+            f"&& : > {site}/notes && chmod 0666 {site}/notes "
+            f"&& mkdir -m 0777 {planted} && chmod 0777 {planted} "
+            # the environment file of every step 0 of the job ids to come, as B would guess them
+            f"&& for j in $(seq 1 10000); do printf '{env}' > {planted}/$j.0.0.env; done "
+            f"&& chown -R 2002:2002 {site} {planted}",
+            service="node0",
+            user="root",
+        )
+        rc, out = cluster.run("srun -N1 --nodelist=node0 --container-image=x bash -c 'echo ran $LD_PRELOAD'")
+        assert rc != 0 and "ran" not in out, out
+        refused = [line for line in out.splitlines() if line.startswith("ERROR pyxis-task:")]
+        assert len(refused) == 1 and f"{planted} is not a folder of uid {uid}" in refused[0], out
+        assert cluster.check(f"cat {site}/notes", service="node0", user="root") == ""  # B's code ran nowhere
+        cluster.check(f"rm -rf {planted}", service="node0", user="root")
+        out = cluster.check(
+            "srun -N1 --nodelist=node0 --container-image=x bash -c 'echo ran ${LD_PRELOAD:-none}'"
+        )
+        assert "ran none" in out, out
+        mode = cluster.check(f"stat -c '%u %a' {planted}", service="node0", user="root").split()
+        assert mode == [uid, "700"], mode
+    finally:
+        cluster.run(f"rm -rf {planted} {site}", service="node0", user="root")

@@ -86,10 +86,14 @@ def test_packages_planted_in_the_workspace_are_never_imported(ws: Workstation, t
     )
     as_yolo(ws, f"set -e; {plant}; rm -f /workspace/planted.log")
     restart(ws)  # JupyterLab and TensorBoard start again (their working folder was /workspace)
-    # TensorBoard and JupyterLab run isolated (-I); JupyterLab from /workspace, where terminals open.
-    for server in ("boardserver", "labserver"):
+    # TensorBoard and JupyterLab run isolated (-I); JupyterLab from /workspace, where terminals open,
+    # with the execute-only interpreter (never dumpable: tokengate).
+    for server, python in (
+        ("boardserver", "/opt/venv/bin/python"),
+        ("labserver", "/opt/venv/libexec/jupyter-python"),
+    ):
         args = as_yolo(ws, f"ps -o args= -p $(pgrep -o -u yolo -f '[.]{server}')")
-        assert f"/opt/venv/bin/python -I -m rig.workstation.{server} " in args, args
+        assert f"{python} -I -m rig.workstation.{server} " in args, args
     pwd = 'echo "R""ESULT@@$(pwd)@@"'
     term = ws.compose(
         "exec", "-T", "workstation", "timeout", "40", "python", "-", pwd, RESULT_LINE, input=TERMINAL

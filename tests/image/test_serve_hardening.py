@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.helpers import SCRIPTS
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.waiting import wait_until
 from tests.helpers.workstation import KERNEL_CELL, RESULT_LINE, TERMINAL, Workstation, start, up
@@ -63,8 +64,11 @@ def hws(image: str) -> Iterator[Workstation]:
         secret.write_text(SECRET_TEXT)
         secret.chmod(0o600)
         override = tmp / "override.yaml"
+        # seccomp unconfined: a session may also take another process's descriptors (pidfd_getfd),
+        # which Docker's default profile refuses (the token probe below).
         override.write_text(
             f"services:\n  workstation:\n    volumes:\n      - {secret}:/run/secrets/cloud_key:ro\n"
+            "    security_opt:\n      - seccomp:unconfined\n"
         )
         ws = start(
             "rig-hard", tmp, RIG_UID="4321", RIG_GID="4322", SSH_PASSWORD=PASSWORD, JUPYTER_TOKEN=TOKEN
@@ -208,6 +212,34 @@ def test_secrets_reach_no_kernel_terminal_or_session(hws: Workstation) -> None:
     assert hws.exec("ls /run/rig").split() == ["jupyter", "services.json", "urls"]  # (runtime folder)
     # The password still works: sshd's database got it.
     assert hws.ssh("true", password=PASSWORD).returncode == 0
+
+
+def test_no_session_gets_the_token_of_a_new_start_and_stopping_starts_is_not_fatal(hws: Workstation) -> None:
+    # JupyterLab runs from an interpreter yolo may execute but not read: never dumpable.
+    python = "/opt/venv/libexec/jupyter-python"
+    assert hws.exec(f"stat -c '%U %a' {python}").split() == ["root", "711"]
+    hws.compose("cp", str(SCRIPTS / "token_probe.py"), "workstation:/tmp/token_probe.py")
+    cid = hws.compose("ps", "-q", "workstation").stdout.strip()
+    fmt = "{{.RestartCount}} {{.State.StartedAt}}"
+
+    def container() -> str:
+        return subprocess.run(["docker", "inspect", "-f", fmt, cid], capture_output=True, text=True).stdout
+
+    before = container()
+    # Ten new starts, each raced from its fork on: ptrace, pidfd_getfd (seccomp unconfined), /proc.
+    out = as_yolo(hws, "python -I /tmp/token_probe.py steal 10", timeout=600)
+    tries = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert len(tries) == 10 and all(t["seen"] for t in tries), out  # every start was seen
+    assert [t for t in tries if t["attached"] or t["fd"] or t["token"]] == [], out
+    # Five starts in a row stopped at once, then let go: refused, never counted as failures.
+    as_yolo(hws, "python -I /tmp/token_probe.py stop 5", timeout=300)
+    wait_until(lambda: hws.services()["jupyter"]["state"] == "running", timeout=120, interval=0.5)
+    auth = {"Authorization": f"token {TOKEN}"}
+    assert requests.get(f"{hws.jupyter}/api/status", headers=auth, timeout=10).status_code == 200
+    logs = hws.logs()
+    refused = [line for line in logs.splitlines() if "a session's doing, not the service failing" in line]
+    assert len(refused) >= 5 and all(line.startswith("WARNING jupyter: ") for line in refused), logs[-3000:]
+    assert "FATAL" not in logs and container() == before
 
 
 def test_docker_run_gets_no_secret(containers: Containers) -> None:
