@@ -1,10 +1,13 @@
 #!/bin/bash
 # Two users on one shared runs folder (root's, 1777, as a cluster's /shared/runs): B (uid 2002) plants
 # pickles that write a marker, owner files, links and folders of its own; A (uid 2001) plans and trains
-# as a Slurm job would. Each of A's steps prints "STEP name rc=N" and its last log line; the marker
-# must never appear. Run as root (RIG_USER=root), the shared folder at /workspace/runs.
+# as a Slurm job would. Both are in group team (3000), whose share /workspace/runs/team is root:team
+# 2775, as a site's team folders are. Each of A's steps prints "STEP name rc=N" and its last log line;
+# the marker must never appear. Run as root (RIG_USER=root), the shared folder mounted at
+# /workspace/runs (a tmpfs: a mount point, as a cluster's runs volume is).
 set -u
-as() { local uid=$1; shift; setpriv --reuid="$uid" --regid="$uid" --clear-groups env HOME=/tmp/home-"$uid" "$@"; }
+groupadd -g 3000 team
+as() { local uid=$1; shift; setpriv --reuid="$uid" --regid="$uid" --groups=3000 env HOME=/tmp/home-"$uid" "$@"; }
 mkdir -p /tmp/home-2001 /tmp/home-2002 && chown 2001:2001 /tmp/home-2001 && chown 2002:2002 /tmp/home-2002
 runs=/workspace/runs
 mkdir -p "$runs/detect" && chown root:root "$runs" "$runs/detect" && chmod 1777 "$runs" "$runs/detect"
@@ -43,4 +46,65 @@ as 2002 ln -s $runs/detect/train-slurm-4242-2 $runs/detect/train-slurm-4260
 step dry-auto-4260 SLURM_JOB_ID=4260 SLURM_JOB_NUM_NODES=1 $common $fresh --dry-run resume=auto
 echo "MODES $(stat -c '%n %a %u' $runs/detect/train-slurm-4242-2 $runs/detect/train-slurm-4242-2/weights/last.pt 2>&1 | tr '\n' ' ')"
 echo "THEIRS $(find $runs/detect/train-slurm-4242 $runs/detect/bobs $runs/alice -newer /tmp/demo/data.yaml ! -user 2002 | tr '\n' ' ')"
+
+# ---- The team share (root:team 2775: group-writable, not sticky): B may rename anything in it.
+team=$runs/team
+mkdir -p $team && chown root:team $team && chmod 2775 $team
+as 2001 mkdir -m 0755 $team/alice
+t4300="SLURM_JOB_ID=4300 SLURM_JOB_NUM_NODES=1"
+last=$team/alice/train-slurm-4300/weights/last.pt
+tiny="rig train data=/tmp/demo/data.yaml device=cpu epochs=2 imgsz=32 batch=2 workers=0 plots=False model=/tests/tiny_detect.yaml"
+# Without RIG_SHARE_GROUP the team's write access is refused, in one line.
+step team-unshared $t4300 $tiny project=$team/alice --dry-run resume=auto
+# A's run there (RIG_SHARE_GROUP=team), stopped inside its first epoch: a checkpoint to resume.
+(as 2001 env RIG_SHARE_GROUP=team $t4300 PYTHONPATH=/tests/slow_clock RIG_TEST_TRAIN_BATCH_S=0.5 RIG_CHECKPOINT_EVERY=1 \
+  $tiny project=$team/alice resume=auto >/tmp/stopped.log 2>&1; echo "STEP team-stopped rc=$? $(tail -n 1 /tmp/stopped.log)") &
+for _ in $(seq 1200); do grep -q 'INFO trainer: checkpoint: ' /tmp/stopped.log 2>/dev/null && break; sleep 0.1; done
+pkill -TERM -u 2001 -f rig.launch.trainer
+wait
+# B's swap while A's trainer starts: A's folder renamed away, B's own at its path, B's pickle at last.pt.
+swap() {
+  for _ in $(seq 1200); do pgrep -u 2001 -f rig.launch.trainer >/dev/null && break; sleep 0.05; done
+  as 2002 sh -c "mv $team/alice $team/alice-A && mkdir -m 0777 -p $team/alice/train-slurm-4300/weights \
+    && chmod -R 0777 $team/alice && cp $runs/detect/train-slurm-4242/weights/last.pt $last && chmod 0666 $last"
+  echo "SWAPPED $1 $(stat -c %u $last)"
+}
+swap resume-true & step team-resume-true RIG_SHARE_GROUP=team $tiny resume=True model=$last
+wait
+for _ in $(seq 50); do ls -d /tmp/rig-resume-* >/dev/null 2>&1 || break; sleep 0.1; done
+echo "LEFT $(ls -d /tmp/rig-resume-* 2>/dev/null | tr '\n' ' ')"  # the private copies, removed at the end
+echo "RESUMED $(cut -d, -f1 $team/alice/train-slurm-4300/results.csv 2>/dev/null | tail -n +2 | tr -d ' ' | tr '\n' ' ')"
+rm -rf $team/alice && mv $team/alice-A $team/alice  # A's stopped run back, as it was
+# The job requeued: resume=auto reads the state, copies the checkpoint; B swaps during the start.
+swap resume-auto & step team-requeued RIG_SHARE_GROUP=team $t4300 SLURM_RESTART_COUNT=1 $tiny project=$team/alice resume=auto
+wait
+
+# ---- A's run folder in B's 1777 folder: B, its owner, may rename A's folder away.
+as 2002 sh -c "mkdir -m 1777 $runs/bobs-share && chmod 1777 $runs/bobs-share"
+as 2001 mkdir -m 0700 $runs/bobs-share/alice
+step bobs-sticky $tiny project=$runs/bobs-share/alice
+
+# ---- One line each, in a dry run: RIG_SHARE_GROUP, and name= with controls and separators.
+for group in ² 99999999999999999999 4294967295; do
+  step "group-$group" RIG_SHARE_GROUP=$group $common $fresh --dry-run
+done
+for char in $'\u0085' $'\u2028' $'\u202e'; do
+  step "name-$(printf %s "$char" | od -An -tx1 | tr -d ' ')" $common $fresh --dry-run "name=a${char}b"
+done
+
+# ---- A's own last.pt, 200 kB deflated: 100 M empty lists once unpickled (4 GiB container).
+as 2001 python - <<'EOF2'
+import os, pathlib, zipfile
+run = pathlib.Path("/workspace/runs/detect/train-slurm-4400")
+(run / "weights").mkdir(parents=True, mode=0o700)
+os.chmod(run, 0o700)
+(run / ".rig-owner").write_text("slurm-4400\n")
+with zipfile.ZipFile(run / "weights/last.pt", "w", zipfile.ZIP_DEFLATED) as z, z.open("a/data.pkl", "w") as f:
+    f.write(b"\x80\x02](")
+    for _ in range(100):
+        f.write(b"]" * 1_000_000)
+    f.write(b"e.")
+print("BOMB", os.path.getsize(run / "weights/last.pt"))
+EOF2
+step bomb SLURM_JOB_ID=4400 SLURM_JOB_NUM_NODES=1 $common $fresh --dry-run resume=auto
 echo "MARKER $(cat /tmp/marker 2>/dev/null | tr '\n' ' ')"
