@@ -68,7 +68,7 @@ def test_a_job_never_takes_a_folder_b_planted_for_it(probe: dict[str, str], step
     ("step", "says"),
     [
         ("dry-resume-true", "ERROR rig: resume=True: no last.pt under /workspace/runs"),
-        ("dry-resume-theirs", "train-slurm-4243/weights/last.pt belongs to uid 2002, not to you (uid 2001)"),
+        ("dry-resume-theirs", "detect/train-slurm-4243 belongs to uid 2002, not to you (uid 2001)"),
         ("dry-exist-ok-theirs", "detect/bobs belongs to uid 2002, not to you (uid 2001)"),
         ("dry-project-theirs", "project folder /workspace/runs/alice belongs to uid 2002"),
     ],

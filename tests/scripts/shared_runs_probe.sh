@@ -31,6 +31,34 @@ for folder in (d / "bobs", pathlib.Path("/workspace/runs/alice")):
 EOF
 
 step() { local name=$1; shift; local out rc; out=$(as 2001 env "$@" 2>&1); rc=$?; echo "STEP $name rc=$rc ${out##*$'\n'}"; }
+# Steps that stop at planning, as A, each "NAME [VAR=VALUE...] rig ARGS": one Python that imported
+# rig's planning once forks a child per step to run rig's own main.
+planned() {
+  as 2001 python -I - "$@" <<'PLANNED'
+import os, shlex, sys
+from rig import cli
+from rig.yolo import ultra
+ultra.default("batch")  # rig's planning and Ultralytics imported once, before the forks
+for case in sys.argv[1:]:
+    name, _, line = case.partition(" ")
+    words = shlex.split(line)
+    first = next(i for i, w in enumerate(words) if w == "rig")
+    env = dict(w.split("=", 1) for w in words[:first])
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.dup2(w, 1)
+        os.dup2(w, 2)
+        os.environ.update(env)
+        os._exit(cli.main(words[first + 1 :]))
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read().decode(errors="replace").strip()
+    _, status = os.waitpid(pid, 0)
+    print(f"STEP {name} rc={os.waitstatus_to_exitcode(status)} {out.splitlines()[-1] if out else ''}", flush=True)
+PLANNED
+}
 common="rig train data=/tmp/demo/data.yaml device=cpu epochs=1 imgsz=32 batch=2 workers=0 plots=False"
 slurm="SLURM_JOB_ID=4242 SLURM_JOB_NUM_NODES=1"
 fresh="model=yolo11n.yaml"
@@ -55,7 +83,7 @@ t4300="SLURM_JOB_ID=4300 SLURM_JOB_NUM_NODES=1"
 last=$team/alice/train-slurm-4300/weights/last.pt
 tiny="rig train data=/tmp/demo/data.yaml device=cpu epochs=2 imgsz=32 batch=2 workers=0 plots=False model=/tests/tiny_detect.yaml"
 # Without RIG_SHARE_GROUP the team's write access is refused, in one line.
-step team-unshared $t4300 $tiny project=$team/alice --dry-run resume=auto
+planned "team-unshared $t4300 $tiny project=$team/alice --dry-run resume=auto"
 # A's run there (RIG_SHARE_GROUP=team), stopped inside its first epoch: a checkpoint to resume.
 (as 2001 env RIG_SHARE_GROUP=team $t4300 PYTHONPATH=/tests/slow_clock RIG_TEST_TRAIN_BATCH_S=0.5 RIG_CHECKPOINT_EVERY=1 \
   $tiny project=$team/alice resume=auto >/tmp/stopped.log 2>&1; echo "STEP team-stopped rc=$? $(tail -n 1 /tmp/stopped.log)") &
@@ -69,7 +97,7 @@ swap() {
     && chmod -R 0777 $team/alice && cp $runs/detect/train-slurm-4242/weights/last.pt $last && chmod 0666 $last"
   echo "SWAPPED $1 $(stat -c %u $last)"
 }
-swap resume-true & step team-resume-true RIG_SHARE_GROUP=team $tiny resume=True model=$last
+swap resume-true & step team-resume-true RIG_SHARE_GROUP=team ${tiny% model=*} resume=True model=$last
 wait
 for _ in $(seq 50); do ls -d /tmp/rig-resume-* >/dev/null 2>&1 || break; sleep 0.1; done
 echo "LEFT $(ls -d /tmp/rig-resume-* 2>/dev/null | tr '\n' ' ')"  # the private copies, removed at the end
@@ -82,15 +110,14 @@ wait
 # ---- A's run folder in B's 1777 folder: B, its owner, may rename A's folder away.
 as 2002 sh -c "mkdir -m 1777 $runs/bobs-share && chmod 1777 $runs/bobs-share"
 as 2001 mkdir -m 0700 $runs/bobs-share/alice
-step bobs-sticky $tiny project=$runs/bobs-share/alice
-
-# ---- One line each, in a dry run: RIG_SHARE_GROUP, and name= with controls and separators.
-for group in ² 99999999999999999999 4294967295; do
-  step "group-$group" RIG_SHARE_GROUP=$group $common $fresh --dry-run
-done
-for char in $'\u0085' $'\u2028' $'\u202e'; do
-  step "name-$(printf %s "$char" | od -An -tx1 | tr -d ' ')" $common $fresh --dry-run "name=a${char}b"
-done
+# ---- and one line each, in a dry run: RIG_SHARE_GROUP, and name= with controls and separators.
+planned "bobs-sticky $tiny project=$runs/bobs-share/alice" \
+  "group-² RIG_SHARE_GROUP=² $common $fresh --dry-run" \
+  "group-99999999999999999999 RIG_SHARE_GROUP=99999999999999999999 $common $fresh --dry-run" \
+  "group-4294967295 RIG_SHARE_GROUP=4294967295 $common $fresh --dry-run" \
+  "name-c285 $common $fresh --dry-run name=a"$'\u0085'"b" \
+  "name-e280a8 $common $fresh --dry-run name=a"$'\u2028'"b" \
+  "name-e280ae $common $fresh --dry-run name=a"$'\u202e'"b"
 
 # ---- A's own last.pt, 200 kB deflated: 100 M empty lists once unpickled (4 GiB container).
 as 2001 python - <<'EOF2'
@@ -106,5 +133,5 @@ with zipfile.ZipFile(run / "weights/last.pt", "w", zipfile.ZIP_DEFLATED) as z, z
     f.write(b"e.")
 print("BOMB", os.path.getsize(run / "weights/last.pt"))
 EOF2
-step bomb SLURM_JOB_ID=4400 SLURM_JOB_NUM_NODES=1 $common $fresh --dry-run resume=auto
+planned "bomb SLURM_JOB_ID=4400 SLURM_JOB_NUM_NODES=1 $common $fresh --dry-run resume=auto"
 echo "MARKER $(cat /tmp/marker 2>/dev/null | tr '\n' ' ')"
