@@ -106,7 +106,10 @@ def pod_mounts(
     for mount in kind.container(job).volume_mounts:
         volume = volumes[mount.name]
         if volume.persistent_volume_claim:
-            binds[claims[mount.name]] = {"bind": mount.mount_path, "mode": "rw"}
+            # nocopy: Kubernetes never fills a claim from the image (Docker would copy the image's
+            # folder there, owner and all: yolo's /workspace/runs); a fresh claim is its
+            # provisioner's, root's, as the manifest says.
+            binds[claims[mount.name]] = {"bind": mount.mount_path, "mode": "rw,nocopy"}
         elif volume.empty_dir is not None and mount.mount_path != "/dev/shm":
             tmpfs[mount.mount_path] = ""
         elif volume.secret is not None:
