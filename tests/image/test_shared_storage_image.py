@@ -95,12 +95,15 @@ def test_the_team_shares_write_access_is_refused_unless_the_user_names_the_group
     assert probe["team-stopped"].startswith("rc=143 "), probe["team-stopped"]  # the checkpoint to resume
 
 
-@pytest.mark.parametrize("step", ["resume-true", "resume-auto"])
+@pytest.mark.parametrize(
+    ("step", "started"),
+    [("resume-true", "team-resume-true"), ("resume-auto", "team-requeued"), ("rig-yolo", "team-rig-yolo")],
+)
 def test_bs_swap_during_as_start_runs_nothing_of_bs_and_a_trains_from_its_own(
-    probe: dict[str, str], step: str
+    probe: dict[str, str], step: str, started: str
 ) -> None:
     assert probe[f"SWAPPED-{step}"] == "2002", probe  # B's pickle was at the path while A's trainer started
-    done = probe["team-resume-true" if step == "resume-true" else "team-requeued"]
+    done = probe[started]
     assert done.startswith("rc=0 "), done  # trained, from A's own checkpoint (the marker: none)
     assert probe["MARKER"] == "", probe
 

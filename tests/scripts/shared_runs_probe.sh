@@ -90,22 +90,27 @@ planned "team-unshared $t4300 $tiny project=$team/alice --dry-run resume=auto"
 for _ in $(seq 1200); do grep -q 'INFO trainer: checkpoint: ' /tmp/stopped.log 2>/dev/null && break; sleep 0.1; done
 pkill -TERM -u 2001 -f rig.launch.trainer
 wait
-# B's swap while A's trainer starts: A's folder renamed away, B's own at its path, B's pickle at last.pt.
+# B's swap once A's process $2 runs (rig's trainer, or stock `yolo`): A's folder renamed away, B's own
+# at its path, B's pickle at last.pt.
 swap() {
-  for _ in $(seq 1200); do pgrep -u 2001 -f rig.launch.trainer >/dev/null && break; sleep 0.05; done
+  for _ in $(seq 1200); do pgrep -u 2001 -f "${2:-rig.launch.trainer}" >/dev/null && break; sleep 0.05; done
   as 2002 sh -c "mv $team/alice $team/alice-A && mkdir -m 0777 -p $team/alice/train-slurm-4300/weights \
     && chmod -R 0777 $team/alice && cp $runs/detect/train-slurm-4242/weights/last.pt $last && chmod 0666 $last"
   echo "SWAPPED $1 $(stat -c %u $last)"
 }
 swap resume-true & step team-resume-true RIG_SHARE_GROUP=team ${tiny% model=*} resume=True model=$last
 wait
-for _ in $(seq 50); do ls -d /tmp/rig-resume-* >/dev/null 2>&1 || break; sleep 0.1; done
-echo "LEFT $(ls -d /tmp/rig-resume-* 2>/dev/null | tr '\n' ' ')"  # the private copies, removed at the end
 echo "RESUMED $(cut -d, -f1 $team/alice/train-slurm-4300/results.csv 2>/dev/null | tail -n +2 | tr -d ' ' | tr '\n' ' ')"
 rm -rf $team/alice && mv $team/alice-A $team/alice  # A's stopped run back, as it was
+# Stock `yolo train resume` through `rig yolo`, the same swap while `yolo` starts.
+swap rig-yolo "bin/yolo train" & step team-rig-yolo RIG_SHARE_GROUP=team rig yolo train resume model=$last
+wait
+rm -rf $team/alice && mv $team/alice-A $team/alice
 # The job requeued: resume=auto reads the state, copies the checkpoint; B swaps during the start.
 swap resume-auto & step team-requeued RIG_SHARE_GROUP=team $t4300 SLURM_RESTART_COUNT=1 $tiny project=$team/alice resume=auto
 wait
+for _ in $(seq 50); do ls -d /tmp/rig-resume-* >/dev/null 2>&1 || break; sleep 0.1; done
+echo "LEFT $(ls -d /tmp/rig-resume-* 2>/dev/null | tr '\n' ' ')"  # the private copies, removed at the end
 
 # ---- A's run folder in B's 1777 folder: B, its owner, may rename A's folder away.
 as 2002 sh -c "mkdir -m 1777 $runs/bobs-share && chmod 1777 $runs/bobs-share"
