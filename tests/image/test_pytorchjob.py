@@ -106,10 +106,12 @@ def pod_mounts(
     for mount in kind.container(job).volume_mounts:
         volume = volumes[mount.name]
         if volume.persistent_volume_claim:
-            # nocopy: Kubernetes never fills a claim from the image (Docker would copy the image's
-            # folder there, owner and all: yolo's /workspace/runs); a fresh claim is its
-            # provisioner's, root's, as the manifest says.
-            binds[claims[mount.name]] = {"bind": mount.mount_path, "mode": "rw,nocopy"}
+            # The runs claim as a provisioner makes it, root's (the manifest's RIG_USER=root trusts
+            # only root's folders above its runs): Kubernetes never fills a claim from the image, as
+            # Docker would copy the image's yolo-owned /workspace/runs there (nocopy). The datasets
+            # claim keeps Docker's copy: the test's data is written into it as yolo.
+            nocopy = ",nocopy" if mount.mount_path == "/workspace/runs" else ""
+            binds[claims[mount.name]] = {"bind": mount.mount_path, "mode": f"rw{nocopy}"}
         elif volume.empty_dir is not None and mount.mount_path != "/dev/shm":
             tmpfs[mount.mount_path] = ""
         elif volume.secret is not None:
