@@ -36,11 +36,11 @@ SLOWEST_FILES = (
     "image/test_ultralytics_image.py",  # 143
     "image/test_cpu_ranks_image.py",  # 142
     "image/test_serve_stop.py",  # 136
+    "image/test_serve_hardening.py",  # 125 (94, and the token probe's 30 s since)
     "image/test_stops.py",  # 123
     "image/test_imagecache.py",  # 115
     "image/test_pytorchjob.py",  # 104
     "image/test_ultralytics_peer.py",  # 95
-    "image/test_serve_hardening.py",  # 94
     "image/test_multigpu.py",  # 93
     "image/test_metrics_image.py",  # 85
     "image/test_launch_image.py",  # 79

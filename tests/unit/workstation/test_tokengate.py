@@ -105,7 +105,7 @@ def test_only_a_server_never_dumpable_gets_the_token_once_it_asks(pythons: dict[
     out, got = _serve(pythons["execute-only"], 0.3, 60, stop=True)
     assert out == "GOT nothing" and got.refused and "stopped" in got.why, (out, got)
     # Never asking: nothing, at the deadline.
-    out, got = _serve(pythons["execute-only"], 3, 1)
+    out, got = _serve(pythons["execute-only"], 1.5, 0.5)
     assert out == "GOT nothing" and not got.given and "did not ask" in got.why, (out, got)
 
 
