@@ -3,10 +3,10 @@
 Ultralytics writes each checkpoint with `Path.write_bytes` (its `save_model`) or `torch.save` to the
 path itself (`strip_optimizer`, the end-of-training rewrite of last.pt and best.pt), which truncate
 the file and then write it: a SIGKILL in between (torchrun's or Docker's at the end of the stop
-grace, an OOM kill) leaves a truncated file, and `resume=True` has nothing to resume. Every save of
-rig's trainer (`save`: its epoch ends, stops and periodic checkpoints; `atomic_strip`: the end of
-training) goes through a temporary file in the same folder, fsync, rename over the old one: a kill
-leaves the old checkpoint or the new one.
+grace, an OOM kill) leaves a truncated file, and `resume=True` has nothing to resume. Every write of
+rig's trainer (`write`: what Ultralytics' save_model writes, through rig.yolo.trainer.saves;
+`atomic_strip`: the end of training) goes through a temporary file in the same folder, fsync,
+rename over the old one: a kill leaves the old checkpoint or the new one.
 """
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ def remove_leftovers(folder: Path) -> list[str]:
             tmp.unlink()
             removed.append(tmp.name)
     return removed
+
+
+def write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> None:
+    """A checkpoint file written atomically in the run's file mode: its bytes, or what `data` writes
+    into the open file; the leftovers of saves killed half-way go first."""
+    remove_leftovers(path.parent)
+    safefs.write_file(path, data, _file_mode())
 
 
 def save(ckpt: Any, paths: Sequence[Path], dump: Callable[[Any, BinaryIO], object] | None = None) -> None:

@@ -32,8 +32,9 @@ def settings(
     # plain environment (tools/gpu_check.sh) cfg is stock and the overlay is read from
     # RIG_CONFIGS_DIR. Keys the overlay leaves alone are the same in both.
     upstream, ours_static = overlay.upstream_values(), overlay.overlay_values()
-    stock: dict[str, Any] = {k: upstream.get(k, cfg[k]) for k in LOADER_KEYS}
-    ours: dict[str, Any] = {k: ours_static.get(k, cfg[k]) for k in LOADER_KEYS}
+    defaults = {"cache": cfg["cache"], "workers": cfg["workers"]}  # LOADER_KEYS
+    stock: dict[str, Any] = {k: upstream.get(k, defaults[k]) for k in LOADER_KEYS}
+    ours: dict[str, Any] = {k: ours_static.get(k, defaults[k]) for k in LOADER_KEYS}
     user: dict[str, str] = {"imgsz": str(opts.imgsz), "batch": str(batch)}
     if opts.workers is not None:
         user["workers"] = str(opts.workers)
