@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import shutil
 import json
+import shutil
 import tomllib
 import urllib.request
 import zipfile

@@ -53,8 +53,8 @@ MUTATIONS = {
         "models/yolo/detect/train.py",
         'def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None):',
         'def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None, rank=0):',
-        "core: ultralytics.models.yolo.detect.train.DetectionTrainer.build_dataset (takes (img_path, mode=..., "
-        "batch=..., rank=...); rig's override takes",
+        "core: ultralytics.models.yolo.detect.train.DetectionTrainer.build_dataset "
+        "(takes (img_path, mode=..., batch=..., rank=...); rig's override takes",
     ),
     "a swapped global no longer read where rig swaps it": (
         "data/build.py",

@@ -84,7 +84,8 @@ def test_a_swap_takes_only_the_names_the_contract_lists_and_puts_everything_back
     with ultra.swapped(contract.EngineTrainer, module, check_amp="ours", enumerate="numbered"):
         assert (module.check_amp, module.enumerate) == ("ours", "numbered")  # type: ignore[attr-defined]
     assert module.check_amp == "theirs" and not hasattr(module, "enumerate")  # a builtin it reads: removed
-    with pytest.raises(TypeError, match="get_cfg: not listed as swapped"):  # listed, but only as called
-        with ultra.swapped(contract.CfgModule, module, get_cfg="ours"):
-            pass
-    assert ultra.swappable(contract.DataBuild) == {"InfiniteDataLoader", "YOLODataset", "YOLOMultiModalDataset"}
+    listed_as_called = ultra.swapped(contract.CfgModule, module, get_cfg="ours")
+    with pytest.raises(TypeError, match="get_cfg: not listed as swapped"), listed_as_called:
+        pass
+    swaps = {"InfiniteDataLoader", "YOLODataset", "YOLOMultiModalDataset"}
+    assert ultra.swappable(contract.DataBuild) == swaps
