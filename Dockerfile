@@ -310,6 +310,11 @@ COPY --from=lockinfo /opt/rig/stack-versions.env /opt/rig/stack-versions.env
 
 # Our own code, as late as possible.
 COPY --from=project /opt/rig-project/ /opt/venv/
+# rig's contract with the image's own Ultralytics, checked once here (rig/yolo/contractcheck.py):
+# `rig train` reads the report in milliseconds while those files are unchanged, and checks any other
+# Ultralytics a user installs itself. A pin lacking a name rig lists fails the build here.
+RUN /opt/venv/bin/python -I -m rig.yolo.contractcheck --bake /opt/rig/ultralytics-contract.json \
+    && grep -q '"missing": \[\]' /opt/rig/ultralytics-contract.json
 # Every login shell (`docker run IMAGE bash -l`, `make shell`, SSH, Jupyter terminals) gets the
 # venv back on PATH after Debian's /etc/profile resets it, and yolo its own packages.
 RUN /opt/venv/bin/python -c 'import os; from rig.workstation.userenv import render_profile as r; \

@@ -12,11 +12,8 @@ rename over the old one: a kill leaves the old checkpoint or the new one.
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 import os
 import secrets
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -45,25 +42,6 @@ def write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> None:
     into the open file; the leftovers of saves killed half-way go first."""
     remove_leftovers(path.parent)
     safefs.write_file(path, data, _file_mode())
-
-
-def save(ckpt: Any, paths: Sequence[Path], dump: Callable[[Any, BinaryIO], object] | None = None) -> None:
-    """ckpt serialised once (torch.save unless `dump`, streamed: no copy of a large checkpoint in
-    memory) into the first path, then copied under the others; each replaced atomically."""
-    if dump is None:
-        dump = importlib.import_module("torch").save
-    first, *others = [Path(p) for p in paths]
-    remove_leftovers(first.parent)
-    safefs.write_file(first, functools.partial(dump, ckpt), _file_mode())
-    for other in others:
-        # A copy, never a second name for the file: a tool that rewrites one in place (Ultralytics'
-        # strip_optimizer, by hand) must not change the other.
-        safefs.write_file(other, functools.partial(_copy_into, first), _file_mode())
-
-
-def _copy_into(source: Path, out: BinaryIO) -> None:
-    with source.open("rb") as f:
-        shutil.copyfileobj(f, out, 1 << 20)
 
 
 def atomic_strip(

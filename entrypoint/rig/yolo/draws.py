@@ -80,10 +80,10 @@ def seed_batch(seed: int, rank: int, epoch: int, batch: int) -> None:
     torch.manual_seed(value >> 1)
 
 
-def takes_keys(dataset: Any) -> bool:
+def takes_keys(dataset: contract.Dataset) -> bool:
     """Whether the dataset's items can be asked for by a `Key` (a `seeded` class). Ultralytics'
     classification dataset, built outside build_yolo_dataset, is not: it gets plain indices."""
-    return bool(getattr(dataset, "rig_takes_keys", False))
+    return isinstance(dataset, Seeded)
 
 
 class EpochSampler:

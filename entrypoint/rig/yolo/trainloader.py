@@ -58,7 +58,7 @@ def _forking() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, kept)
 
 
-def workers_of(loader: Any) -> list[Any]:
+def workers_of(loader: contract.Loader) -> list[Any]:
     return list(getattr(getattr(loader, "iterator", None), "_workers", None) or [])
 
 
@@ -75,7 +75,7 @@ def _close_all() -> None:
             loader.close()
 
 
-def _track(loader: Any) -> None:
+def _track(loader: RigLoader) -> None:
     if not _LIVE:
         atexit.unregister(_close_all)
         atexit.register(_close_all)
@@ -177,7 +177,7 @@ def loader_class(base: type) -> type[RigLoader]:
     return cast("type[RigLoader]", made)
 
 
-def _shuffled(sampler: Any, dataset: Any) -> Any:
+def _shuffled(sampler: Any, dataset: contract.Dataset) -> Any:
     """The train loader's shuffling sampler as a DistributedSampler: torch's own under torchrun; in
     place of the RandomSampler of a single process (the CPU rank of `rig train device=cpu`), one of
     one replica. None for a loader that does not shuffle (validation)."""

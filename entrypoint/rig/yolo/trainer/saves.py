@@ -171,5 +171,5 @@ def _torch_load(data: bytes) -> dict[str, Any]:
     return loaded
 
 
-def _torch_dump(ckpt: Any, out: BinaryIO) -> None:
-    importlib.import_module("torch").save(ckpt, out)
+def _torch_dump(obj: Any, out: BinaryIO) -> None:
+    importlib.import_module("torch").save(obj, out)
