@@ -2,7 +2,7 @@
 
 Where Ultralytics is not installed (the host's venv has no torch), rig's check of it at start
 (rig.yolo.ultracheck) reads the image's Ultralytics: the locked wheel's source, unpacked on the host
-(tests/helpers/ultralytics_source.py), checked once per test process, as `rig train` checks the
+(tests/helpers/ultralytics_releases.py), checked once per test process, as `rig train` checks the
 installed package."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import functools
 import pytest
 from rig.yolo import contractcheck, ultra, ultracheck
 
-from tests.helpers import ultralytics_source
+from tools import ultralytics_releases
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +24,7 @@ def _no_host_ultralytics_settings(
 
 @functools.cache
 def _locked_report() -> contractcheck.Report:
-    return contractcheck.check(ultralytics_source.source())
+    return contractcheck.check(ultralytics_releases.source())
 
 
 @pytest.fixture(autouse=True)

@@ -21,8 +21,8 @@ from rig.launch import binding, rundir, trainplan
 from rig.yolo import tuning, ultra
 from rig.yolo.nodecache import prepare
 
-from tests.helpers import ultralytics_source
 from tests.helpers.fakesys import FakeSys, bus
+from tools import ultralytics_releases
 
 
 @pytest.fixture
@@ -236,7 +236,7 @@ def test_two_launches_started_at_once_get_two_run_directories(tree: tuple[Path, 
     runs = tmp_path / "runs"
     root = Path(__file__).resolve().parents[3]
     # The image's Ultralytics is the locked wheel's source here (no torch: it is checked, not imported).
-    source = ultralytics_source.source().parent
+    source = ultralytics_releases.source().parent
     env = {**os.environ, "PYTHONPATH": f"{root / 'entrypoint'}:{source}", "RIG_RUN_DIR": ""}
     for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "WORLD_SIZE", "RANK"):
         env.pop(name, None)

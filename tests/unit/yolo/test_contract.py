@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rig.yolo import contract, contractcheck, ultracheck
 
-from tests.helpers import ultralytics_source
+from tools import ultralytics_releases
 
 
 def _missing(report: contractcheck.Report) -> list[str]:
@@ -22,14 +22,14 @@ def _missing(report: contractcheck.Report) -> list[str]:
 
 
 def test_the_image_s_ultralytics_has_every_listed_name() -> None:
-    report = contractcheck.check(ultralytics_source.source())
-    assert report.version == ultralytics_source.locked_version() == ultracheck.pinned()
+    report = contractcheck.check(ultralytics_releases.source())
+    assert report.version == ultralytics_releases.locked_version() == ultracheck.pinned()
     assert _missing(report) == []
     assert "engine/trainer.py" in report.files and "cfg/default.yaml" in report.files
 
 
 def test_the_window_s_oldest_has_every_listed_name() -> None:
-    report = contractcheck.check(ultralytics_source.source(contract.WINDOW.oldest))
+    report = contractcheck.check(ultralytics_releases.source(contract.WINDOW.oldest))
     assert report.version == contract.WINDOW.oldest
     assert _missing(report) == []
 
@@ -90,7 +90,7 @@ def test_a_listed_name_removed_from_a_copy_of_the_locked_wheel_is_named(
     tmp_path: Path, mutation: str
 ) -> None:
     rel, old, new, said = MUTATIONS[mutation]
-    package = ultralytics_source.copy_of(None, tmp_path)
+    package = ultralytics_releases.copy_of(None, tmp_path)
     _edit(package, rel, old, new)
     missing = _missing(contractcheck.check(package))
     assert [m for m in missing if m.startswith(said)], missing
@@ -125,7 +125,7 @@ def test_the_window_is_named_once_and_its_oldest_is_older_than_the_pin() -> None
 
 
 def test_the_baked_report_is_used_only_for_the_files_it_was_made_from(tmp_path: Path) -> None:
-    package = ultralytics_source.copy_of(None, tmp_path)
+    package = ultralytics_releases.copy_of(None, tmp_path)
     baked = tmp_path / "baked.json"
     assert contractcheck.main([str(package), "--bake", str(baked)]) == 0
     fresh = contractcheck.installed_report(package, baked)
