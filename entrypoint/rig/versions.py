@@ -91,7 +91,15 @@ def stack() -> dict[str, str]:
         "torchvision": _version("torchvision"),
         "cuda": ".".join(cuda_runtime.split(".")[:2]) if cuda_runtime[0].isdigit() else cuda_runtime,
         "cudnn": _version("nvidia-cudnn-cu12"),
-        "ultralytics": _version("ultralytics-opencv-headless"),
+        # The image's distribution, or plain `ultralytics` where one replaced it (the same module).
+        "ultralytics": next(
+            (
+                v
+                for v in map(_version, ("ultralytics-opencv-headless", "ultralytics"))
+                if v != "not installed"
+            ),
+            "not installed",
+        ),
         "opencv": _version("opencv-python-headless"),
     }
 
