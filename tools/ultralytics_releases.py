@@ -104,28 +104,28 @@ def copy_of(version: str | None, into: Path) -> Path:
 
 
 def table(versions: list[str]) -> str:
-    """A markdown table: each release, and what rig turns off with it (the contract's features)."""
+    """A markdown table: each release, what rig does with it, and what its names leave off (the
+    contract's features whose names it lacks)."""
     from rig.yolo import contract, contractcheck, ultracheck
 
-    rows = ["| Ultralytics | what rig does with it |", "| --- | --- |"]
+    rows = ["| Ultralytics | rig with it | features its names leave off |", "| --- | --- | --- |"]
     for version in versions:
         report = contractcheck.check(source(version))
         verdict = ultracheck.decide(report, locked_version())
-        if verdict.error is not None:
-            said = "refused: " + verdict.error.split(": ", 1)[-1].split(";")[0]
-        elif report.off():
-            said = "trains; off: " + ", ".join(
-                f"{f.title} ({m.name.removeprefix('ultralytics.')})"
-                for f in report.off()
-                if (m := report.first_missing(f)) is not None
-            )
+        off = ", ".join(
+            f"{f.title} ({m.name.removeprefix('ultralytics.')})"
+            for f in report.off()
+            if (m := report.first_missing(f)) is not None
+        )
+        if verdict.error is None:
+            said = "untested, trains" if verdict.warnings and not off else "trains"
+        elif report.first_missing(contract.CORE) is not None:
+            said = "refused: lacks what rig cannot train without"
         else:
-            said = "trains with every feature" + (
-                " (newer than the window: untested)" if verdict.warnings else ""
-            )
-        window = " (the window's oldest)" if version == contract.WINDOW.oldest else ""
-        pinned = " (the image's)" if version == locked_version() else ""
-        rows.append(f"| {version}{window}{pinned} | {said} |")
+            said = "refused: older than the tested window"
+        label = version + (" (the window's oldest)" if version == contract.WINDOW.oldest else "")
+        label += " (the image's pin)" if version == locked_version() else ""
+        rows.append(f"| {label} | {said} | {off or 'none'} |")
     return "\n".join(rows)
 
 

@@ -61,11 +61,12 @@ def test_the_window_trains_stops_resumes_exactly_and_leaves_plain_yolo_its_own(
     docker_client: Any, window_image: str
 ) -> None:
     containers = Containers(docker_client, window_image)
-    with trainbox.box(containers, docker_client, images=32, imgsz=64, seconds=900) as c:
+    with trainbox.box(containers, docker_client, images=64, imgsz=64, seconds=900) as c:
         rc, version = containers.exec(c, "rig --version", 60)
         assert rc == 0 and f"ultralytics {VERSION}," in version, version
 
-        # 32 images at batch 4 over 2 ranks: 8 batches of 2 an epoch per rank, 2 loader workers each.
+        # 64 images at batch 4 over 2 ranks: 16 batches of 2 an epoch per rank, 2 loader workers each
+        # (the ranks agree on a stop every 10 batches: a stop can land inside the first epoch).
         train = (
             "PYTHONPATH=/tests/slow_clock RIG_TEST_EMA_TAU=1 rig train device=cpu --cpu-ranks 2 workers=2 "
             "data=/runs/demo/data.yaml model=/tests/tiny_detect.yaml epochs=2 close_mosaic=1 imgsz=64 "
@@ -76,14 +77,16 @@ def test_the_window_trains_stops_resumes_exactly_and_leaves_plain_yolo_its_own(
         assert not re.search(r"^WARNING ultralytics-check", whole, re.MULTILINE), whole[-4000:]
         assert "rank 0: 2 loader workers for training" in whole, whole[-4000:]
 
-        # Each batch 0.3 s longer in the run to stop: a TERM after its first checkpoint lands in epoch 1.
-        cut = f"RIG_TEST_TRAIN_BATCH_S=0.3 RIG_CHECKPOINT_EVERY=1 {train} name=cut resume=auto"
-        wrote = "grep -q 'INFO trainer: checkpoint: ' /runs/cut.log"
+        # Each batch 0.5 s longer in the run to stop: a TERM after its first checkpoint lands inside the
+        # first epoch, whose order a release that makes its loader's iterator at construction (before
+        # 8.4.158) would have drawn before rig's sampler was in place.
+        cut = f"RIG_TEST_TRAIN_BATCH_S=0.5 RIG_CHECKPOINT_EVERY=1 {train} name=cut resume=auto"
+        wrote = "grep -q 'INFO trainer: checkpoint: .* continues at epoch 1/2' /runs/cut.log"
         log = trainbox.stopped(containers, c, cut, "/runs/cut.log", wrote)
-        stop = re.search(r"INFO trainer: stop: \S+ continues at epoch 1/2 at batch (\d+)/8", log)
+        stop = re.search(r"INFO trainer: stop: \S+ continues at (epoch 1/2 at batch \d+/16)", log)
         assert stop and "Traceback" not in log, log[-4000:]
         rc, resumed = containers.exec(c, f"cd /runs && {train} name=cut resume=auto 2>&1", 600)
-        assert rc == 0 and f"at epoch 1/2 at batch {stop.group(1)}/8" in resumed, resumed[-4000:]
+        assert rc == 0 and f"at {stop.group(1)}" in resumed and "Traceback" not in resumed, resumed[-4000:]
         pair = " ".join(f"/runs/detect/{name}/weights/epoch1.pt" for name in ("whole", "cut"))
         rc, out = containers.exec(c, f"python /tests/same_weights.py {pair}", 120)
         assert rc == 0, out

@@ -79,13 +79,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         # rig.launch.ddp use that one device, never the node's list. The trainer counts the world
         # from WORLD_SIZE.
         args["device"] = str(device)
-    model = ultra.yolo(args.pop("model", "yolo11n.pt"))
+    rank = int(os.environ.get("RANK", "0"))
+    checked = ultracheck.installed()
+    try:
+        model = _load(str(args.pop("model", "yolo11n.pt")), checked.version)
+    except RigError as e:
+        print(f"ERROR trainer: {e}", file=sys.stderr)
+        return e.exit_code
     if args.get("resume") is True and resumable.position(model.ckpt) is not None:
         # Ultralytics' resume=True refuses a checkpoint at epoch -1 (a stop in the first epoch) before
         # the trainer exists; the checkpoint's path, its other form, leaves the decision to the trainer.
         args["resume"] = model.ckpt_path
-    rank = int(os.environ.get("RANK", "0"))
-    checked = ultracheck.installed()
+    if args.get("resume") and rank == 0 and (note := other_version(model.ckpt, checked.version)):
+        _logger.warning("%s: %s", model.ckpt_path, note)
     if rank == 0:
         telemetry.attach(model, rankenv.run_dir(os.environ))
     if checked.feature_on(contract.METRICS):
@@ -93,8 +99,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     trainer_cls = rig_trainer_class(
         model.task_map[model.task]["trainer"], checkpoint_every=every, features_on=checked.feature_on
     )
-    model.train(trainer=trainer_cls, **args)
+    try:
+        model.train(trainer=trainer_cls, **args)
+    except RigError as e:  # before training began (a checkpoint rig cannot restore): one line
+        print(f"ERROR trainer: {e}", file=sys.stderr)
+        return e.exit_code
     return _exit_code(model.trainer, rank)
+
+
+def _load(model: str, version: str) -> contract.Model:
+    """Ultralytics' model of weights or a yaml; one line where this Ultralytics cannot load it (a
+    checkpoint of another release pickles classes this one may lack)."""
+    try:
+        return ultra.yolo(model)
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise RigError(
+            f"{model}: Ultralytics {version} cannot load it ({type(e).__name__}: {first}); a checkpoint of "
+            "another Ultralytics release loads with that release (`rig --version` says which this is)",
+            ultracheck.EXIT_CODE,
+        ) from None
+
+
+def other_version(ckpt: contract.Checkpoint | None, version: str) -> str | None:
+    """The WARNING for a resume from a checkpoint another Ultralytics release wrote; None for its own."""
+    saved = (ckpt or {}).get("version")
+    if not saved or not version or saved == version:
+        return None
+    return (
+        f"written by Ultralytics {saved}, resumed with {version}: training continues, but exactly where "
+        f"it stopped only with the release that wrote it (the draws and the loss may differ)"
+    )
 
 
 def _exit_code(trainer: yolo_trainer.RigTrainer, rank: int) -> int:

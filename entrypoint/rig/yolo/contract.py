@@ -811,4 +811,4 @@ class Window:
         return f"{self.oldest} to {newest}"
 
 
-WINDOW = Window(oldest="8.4.158")
+WINDOW = Window(oldest="8.4.120")

@@ -152,3 +152,24 @@ def test_the_closing_hint_names_rigs_resume_first_then_what_stock_ultralytics_do
     assert only.startswith(rig) and only.endswith(f"{stock} takes this 1-epoch run as finished")
     later = trainer.resume_hint(Path("w/last.pt"), 4, 10)
     assert later.startswith(rig) and later.endswith(f"{stock} reruns epoch 5 from its start")
+
+
+def test_a_checkpoint_of_another_ultralytics_is_one_warning_and_one_it_cannot_load_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rig.errors import RigError
+    from rig.launch import trainer
+
+    assert trainer.other_version({"version": "8.4.190"}, "8.4.190") is None
+    assert trainer.other_version({}, "8.4.158") is None and trainer.other_version(None, "8.4.158") is None
+    said = trainer.other_version({"version": "8.4.190"}, "8.4.158")
+    assert said and said.startswith("written by Ultralytics 8.4.190, resumed with 8.4.158")
+
+    def unpickle(_path: str) -> Any:
+        raise AttributeError("Can't get attribute 'C3k2Attn' on <module 'ultralytics.nn.modules.block'>\nmore")
+
+    monkeypatch.setattr(trainer.ultra, "yolo", unpickle)
+    with pytest.raises(RigError) as e:
+        trainer._load("w/last.pt", "8.4.158")
+    assert e.value.exit_code == 2 and "\n" not in str(e.value)
+    assert str(e.value).startswith("w/last.pt: Ultralytics 8.4.158 cannot load it (AttributeError: Can't get")

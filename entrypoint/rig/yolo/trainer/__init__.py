@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from rig import log
+from rig.errors import RigError
 from rig.yolo import contract, device_augment, draws, optkernels, resumable, trainloader, ultra
 from rig.yolo.nodecache import cached_dataset
 from rig.yolo.trainer import accumulation, loaders, resume, saves, stops, validation
@@ -415,7 +416,15 @@ class RigTrainer(_Base):
         else:
             super().resume_training(ckpt)
         self.start_epoch = where.epoch  # rig's position, not Ultralytics' key
-        self.rig_pending = resumable.restore(self, ckpt)
+        try:
+            self.rig_pending = resumable.restore(self, ckpt)
+        except (KeyError, RuntimeError, ValueError, TypeError) as e:  # another model, another release's
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise RigError(
+                f"{self.args.model}: rig's resume state does not fit this model ({type(e).__name__}: "
+                f"{first}); resume with the model and Ultralytics release that wrote it, or start a new run",
+                2,
+            ) from None
         if self.rig_rank.is_first():
             _logger.info("resuming %s: %s", self.args.model, where.describe(self.epochs))
 
