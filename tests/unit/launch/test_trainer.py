@@ -166,7 +166,7 @@ def test_a_checkpoint_of_another_ultralytics_is_one_warning_and_one_it_cannot_lo
     assert said and said.startswith("written by Ultralytics 8.4.190, resumed with 8.4.158")
 
     def unpickle(_path: str) -> Any:
-        raise AttributeError("Can't get attribute 'C3k2Attn' on <module 'ultralytics.nn.modules.block'>\nmore")
+        raise AttributeError("Can't get attribute 'C3k2Attn' on <module 'ultralytics.nn.tasks'>\nmore")
 
     monkeypatch.setattr(trainer.ultra, "yolo", unpickle)
     with pytest.raises(RigError) as e:
