@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import sysconfig
 from collections.abc import MutableMapping, Sequence
 from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
@@ -33,8 +34,8 @@ from rig.yolo import settings
 
 MODULE = "ultralytics"
 DERIVED = "Ultralytics-schema-"  # <config>/Ultralytics-schema-0.0.6: a schema's own YOLO_CONFIG_DIR
-# The folder that holds the image's packages: this file is <site-packages>/rig/yolo/other_settings.py.
-IMAGE_SITE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The image's packages: its Python's own site-packages (/opt/venv/lib/python3.11/site-packages).
+IMAGE_SITE = sysconfig.get_path("purelib")
 _NO_DEFAULT = object()  # a default computed at run time (a path, a hash): only its type is known
 
 
