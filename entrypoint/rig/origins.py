@@ -8,10 +8,15 @@ finder on the session's path, then the `.dist-info` folder beside it whose `top_
 RECORD) claims it. The version is that folder's (the packaging spec fixes its name as
 `{name}-{version}.dist-info`; importlib.metadata alone would cost `rig --version` about 50 ms), else
 the module's own `__version__` line. Every file is read through `root`, so tests use fake trees.
+
+Root's sessions never import a user's packages, so for root only the image's folders count
+(`session_path`); and a file is read only when it is a regular file (not through a link, never
+blocking on a FIFO) and small, whoever reads it.
 """
 
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from importlib.machinery import PathFinder
 from typing import NamedTuple
@@ -30,11 +35,17 @@ class Origin(NamedTuple):
         return f"{self.module} {self.version} ({self.path}{by})"
 
 
-def session_path(environ: Mapping[str, str], path: Sequence[str]) -> list[str]:
+_MAX_BYTES = 4 << 20  # a RECORD of a large distribution is well under 1 MiB
+
+
+def session_path(environ: Mapping[str, str], path: Sequence[str], euid: int | None = None) -> list[str]:
     """The folders a session's Python searches: its PYTHONPATH first, then `path` (the image's
-    interpreter's own sys.path), without the current folder (`rig train`'s ranks leave it out)."""
+    interpreter's own sys.path), without the current folder (`rig train`'s ranks leave it out).
+    Root's: `path` alone (root's sessions never import a user's folders, and root reads none)."""
     found: list[str] = []
-    for entry in [*environ.get("PYTHONPATH", "").split(":"), *path]:
+    own = os.geteuid() if euid is None else euid
+    pythonpath = environ.get("PYTHONPATH", "") if own != 0 else ""
+    for entry in [*pythonpath.split(":"), *path]:
         if entry and os.path.isabs(entry) and entry not in found:
             found.append(entry)
     return found
@@ -67,13 +78,34 @@ def find(module: str, path: Sequence[str], root: str = "/") -> Origin | None:
     return Origin(module, shown, dist, version or "unknown")
 
 
+def read_regular(path: str, max_bytes: int = _MAX_BYTES) -> bytes | None:
+    """The file's bytes when it is a regular file of at most max_bytes, opened without following a
+    link or waiting on a FIFO; None for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            return None
+        return os.read(fd, max_bytes + 1)[:max_bytes]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _text(path: str) -> str:
+    data = read_regular(path)
+    return data.decode("utf-8", errors="replace") if data is not None else ""
+
+
 def _claims(dist_info: str, module: str) -> bool:
     """Whether the .dist-info folder installed `module`: its top_level.txt, else its RECORD."""
-    try:
-        with open(os.path.join(dist_info, "top_level.txt"), encoding="utf-8") as f:
-            return module in f.read().split()
-    except OSError:
-        pass
+    top_level = read_regular(os.path.join(dist_info, "top_level.txt"))
+    if top_level is not None:
+        return module in top_level.decode("utf-8", errors="replace").split()
     return _recorded_hash(dist_info, module) is not None
 
 
@@ -81,13 +113,9 @@ def _recorded_hash(dist_info: str, module: str) -> str | None:
     """The RECORD's hash of the module's first file (`module/__init__.py` or `module.py`); "" when
     RECORD lists it without one; None when it does not list it."""
     wanted = (f"{module}/__init__.py,", f"{module}.py,")
-    try:
-        with open(os.path.join(dist_info, "RECORD"), encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(wanted):
-                    return line.split(",")[1]
-    except OSError:
-        pass
+    for line in _text(os.path.join(dist_info, "RECORD")).splitlines():
+        if line.startswith(wanted):
+            return line.split(",")[1]
     return None
 
 
@@ -96,12 +124,10 @@ def _file_hash(folder: str, module: str) -> str:
     import hashlib
 
     for name in (os.path.join(folder, module, "__init__.py"), os.path.join(folder, module + ".py")):
-        try:
-            with open(name, "rb") as f:
-                digest = hashlib.sha256(f.read()).digest()
-        except OSError:
-            continue
-        return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+        data = read_regular(name)
+        if data is not None:
+            digest = hashlib.sha256(data).digest()
+            return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
     return ""
 
 
@@ -132,9 +158,5 @@ def _distribution(module: str, folder: str) -> tuple[str, str]:
 def source_version(origin: str) -> str:
     """The `__version__ = "..."` line of the module's first file (a source checkout on PYTHONPATH
     has no .dist-info); "" when there is none."""
-    try:
-        with open(origin, encoding="utf-8") as f:
-            m = _VERSION_LINE.search(f.read(1 << 16))
-    except (OSError, UnicodeDecodeError):
-        return ""
+    m = _VERSION_LINE.search(_text(origin))
     return m.group(1) if m else ""

@@ -76,13 +76,13 @@ def installed_version(dist: str, installed: dict[str, str]) -> str:
         return "not installed"
 
 
-def ultralytics(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The Ultralytics a session imports (PYTHONPATH first: a user's own in ~/.local wins) and the
-    image's, each as version and folder (rig.origins; neither is imported)."""
+def ultralytics(environ: Mapping[str, str] | None = None, euid: int | None = None) -> dict[str, str]:
+    """The Ultralytics a session imports (PYTHONPATH first: a user's own in ~/.local wins; root's
+    never) and the image's, each as version and folder (rig.origins; neither is imported)."""
     environ = os.environ if environ is None else environ
     found = {}
     for key, path in (
-        ("ultralytics", origins.session_path(environ, sys.path)),
+        ("ultralytics", origins.session_path(environ, sys.path, euid)),
         ("image_ultralytics", origins.image_path(environ, sys.path)),
     ):
         origin = origins.find("ultralytics", path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -39,19 +40,22 @@ def test_a_users_ultralytics_on_pythonpath_wins_over_the_images(tmp_path: Path) 
     (tmp_path / IMAGE_SITE.lstrip("/") / "ultralytics_thop-2.2.3.dist-info").mkdir()
     environ = {"PYTHONPATH": f"/opt/rig/python:{USER_SITE}"}
     path = ["", "/usr/lib/python311.zip", IMAGE_SITE]
-    session = origins.find("ultralytics", origins.session_path(environ, path), str(tmp_path))
+    session = origins.find("ultralytics", origins.session_path(environ, path, euid=1000), str(tmp_path))
     image = origins.find("ultralytics", origins.image_path(environ, path), str(tmp_path))
     assert session == origins.Origin("ultralytics", f"{USER_SITE}/ultralytics", "ultralytics", "8.4.100")
     assert image == origins.Origin(
         "ultralytics", f"{IMAGE_SITE}/ultralytics", "ultralytics-opencv-headless", "8.4.190"
     )
     assert image.describe() == f"ultralytics 8.4.190 ({IMAGE_SITE}/ultralytics, ultralytics-opencv-headless)"
-    assert origins.find("ultralytics", origins.session_path({}, path), str(tmp_path)) == image
+    assert origins.find("ultralytics", origins.session_path({}, path, euid=1000), str(tmp_path)) == image
+    # Root's sessions import no user's folder, and root's rig reads none.
+    assert origins.find("ultralytics", origins.session_path(environ, path, euid=0), str(tmp_path)) == image
 
 
 def test_the_session_path_is_pythonpath_then_the_interpreters_without_the_current_folder() -> None:
     environ = {"PYTHONPATH": "/a::rel:/b"}
-    assert origins.session_path(environ, ["", "/b", "/c"]) == ["/a", "/b", "/c"]
+    assert origins.session_path(environ, ["", "/b", "/c"], euid=1000) == ["/a", "/b", "/c"]
+    assert origins.session_path(environ, ["", "/b", "/c"], euid=0) == ["/b", "/c"]
     assert origins.image_path(environ, ["", "/a", "/b", "/c"]) == ["/c"]
 
 
@@ -74,7 +78,7 @@ def test_a_source_checkout_without_dist_info_reports_its_version_line(tmp_path: 
 
 def test_rig_version_names_the_sessions_ultralytics_and_the_images_it_shadows(tmp_path: Path) -> None:
     install(tmp_path, "ultralytics", "8.4.100")
-    found = versions.ultralytics({"PYTHONPATH": str(tmp_path)})
+    found = versions.ultralytics({"PYTHONPATH": str(tmp_path)}, euid=1000)
     assert found["ultralytics"] == "8.4.100" and found["ultralytics_path"] == str(tmp_path / "ultralytics")
     assert found["image_ultralytics_path"] != found["ultralytics_path"]  # the host's, or none
 
@@ -86,8 +90,23 @@ def test_rig_version_says_which_ultralytics_and_where(
     install(tmp_path / "image", "ultralytics-opencv-headless", "8.4.190")
     monkeypatch.setattr(sys, "path", [str(tmp_path / "image")])
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "user"))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # a session of yolo's, whoever runs the tests
     assert f", ultralytics 8.4.100 ({package}; not the image's 8.4.190 ({tmp_path}/image/ultralytics))" in (
         versions.describe()
     )
     monkeypatch.delenv("PYTHONPATH")
     assert f", ultralytics 8.4.190 ({tmp_path}/image/ultralytics), opencv " in versions.describe()
+
+
+def test_a_fifo_or_a_link_in_a_users_folder_is_never_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text('__version__ = "leaked"\nultralytics/__init__.py,sha256=x,1\n')
+    package = tmp_path / "site" / "ultralytics"
+    package.mkdir(parents=True)
+    (package / "__init__.py").symlink_to(secret)
+    info = tmp_path / "site" / "ultralytics-8.4.100.dist-info"
+    info.mkdir()
+    os.mkfifo(info / "top_level.txt")  # whoever opened it to read would wait forever
+    (info / "RECORD").symlink_to(secret)
+    found = origins.find("ultralytics", [str(tmp_path / "site")])
+    assert found == origins.Origin("ultralytics", str(package), "", "unknown")

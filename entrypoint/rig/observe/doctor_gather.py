@@ -122,10 +122,12 @@ def gather(
     arch_flags: tuple[str, ...] | None = None,
     python_path: Sequence[str] | None = None,
     turned_off: Callable[[origins.Origin], Sequence[str]] | None = None,
+    euid: int | None = None,
 ) -> Facts:
     """arch_flags: torch's GPU code; None reads it from the installed torch (torch_arch_flags).
     python_path: the image's Python's folders (sys.path). turned_off: what the Ultralytics a session
-    imports cannot run, one line per feature (nothing_off when None)."""
+    imports cannot run, one line per feature (nothing_off when None). euid: whose sessions (root's
+    import no user's folders); this process's when None."""
     env = os.environ if environ is None else environ
     with session(nvml_module) as (nvml, state):
         driver, gpu_facts, nvml_error = None, [], None if nvml is not None else state
@@ -189,7 +191,7 @@ def gather(
         bench_error=bench_error,
         bench_requested=bench,
         **user_packages(root),
-        **ultralytics_facts(root, env, sys.path if python_path is None else python_path, turned_off),
+        **ultralytics_facts(root, env, sys.path if python_path is None else python_path, turned_off, euid),
         cuda_stack=env.get(versions.STACK_ENV, versions.DEFAULT_STACK),
         arch_flags=arch_flags if arch_flags is not None or not gpu_facts else torch_arch_flags(),
         settings_file=str(settings.settings_file(env)),
@@ -218,9 +220,10 @@ def ultralytics_facts(
     environ: Mapping[str, str],
     python_path: Sequence[str],
     turned_off: Callable[[origins.Origin], Sequence[str]] | None,
+    euid: int | None = None,
 ) -> dict[str, Any]:
     """The Ultralytics a session of this user imports and the image's, found without importing either."""
-    ours = origins.find("ultralytics", origins.session_path(environ, python_path), str(root))
+    ours = origins.find("ultralytics", origins.session_path(environ, python_path, euid), str(root))
     image = origins.find("ultralytics", origins.image_path(environ, python_path), str(root))
     off = tuple((turned_off or nothing_off)(ours)) if ours is not None and ours != image else ()
     return {"ultralytics": ours, "image_ultralytics": image, "ultralytics_off": off}

@@ -111,10 +111,10 @@ def _decide(package: Path, base: Path, image_site: str) -> tuple[Path, str] | No
 def read_schema(package: Path) -> Schema | None:
     """The settings schema of the Ultralytics in `package`, from its source (nothing imported):
     SettingsManager.__init__'s `version` default and the keys and defaults of `self.defaults`."""
-    try:
-        source = (package / "utils" / "__init__.py").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    data = origins.read_regular(str(package / "utils" / "__init__.py"))
+    if data is None:
         return None
+    source = data.decode("utf-8", errors="replace")
     # The class alone parses in about a millisecond, the whole module in ten: the class ends at the
     # next line that starts in column 0; where that cut it short (such a line in a docstring), the module.
     start = source.find("\nclass SettingsManager")

@@ -562,6 +562,7 @@ def test_gather_finds_the_sessions_ultralytics_and_asks_what_turned_off(tmp_path
 
     env = {"PYTHONPATH": f"/opt/rig/python:{USER_SITE}"}
     kw: dict[str, Any] = {"root": root, "nvml_module": FakeNvml([FakeGpu()]), "python_path": ["", IMAGE_SITE]}
+    kw["euid"] = 1000  # yolo's sessions, whoever runs the tests
     facts = doctor_gather.gather(environ=env, turned_off=turned_off, **kw)
     mine = Origin("ultralytics", f"{USER_SITE}/ultralytics", "ultralytics", "8.4.100")
     assert facts.ultralytics == mine and asked == [mine]
@@ -570,6 +571,7 @@ def test_gather_finds_the_sessions_ultralytics_and_asks_what_turned_off(tmp_path
     # By default nothing is known to be off; root's sessions (no PYTHONPATH) import the image's.
     assert doctor_gather.gather(environ=env, **kw).ultralytics_off == ()
     assert doctor_gather.gather(environ={}, **kw).ultralytics == IMAGE_ULTRALYTICS
+    assert doctor_gather.gather(environ=env, **{**kw, "euid": 0}).ultralytics == IMAGE_ULTRALYTICS
     # The user's packages name the pin plain `ultralytics` shadows.
     (root / "opt/venv/requirements.lock.txt").write_text(
         "ultralytics-opencv-headless==8.4.190 \\\n    --hash=sha256:00\n"
