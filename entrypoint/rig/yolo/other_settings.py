@@ -76,6 +76,8 @@ def _decide(package: Path, base: Path, image_site: str) -> tuple[Path, str] | No
     own folder is right: the image's Ultralytics, one whose schema takes the user's file, no file."""
     if os.path.realpath(package.parent) == os.path.realpath(image_site):
         return None
+    if not (package / "utils" / "__init__.py").is_file():
+        return None  # a package of that name that keeps no settings where Ultralytics does
     mine = base / settings.SUBDIR / settings.FILE
     try:
         user = json.loads(safefs.read_input(mine, settings.MAX_SETTINGS_BYTES))

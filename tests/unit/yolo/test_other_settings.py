@@ -165,6 +165,13 @@ def test_the_images_ultralytics_and_one_of_its_schema_use_the_users_file(box: di
     assert other_settings.prepare(env, [str(newer)], image_site=str(box["image"])) == ""
     assert env == {"YOLO_CONFIG_DIR": str(box["config"])}
     assert not Path(derived).exists()
+    # A package of that name without Ultralytics' utils: not an Ultralytics, nothing to keep apart.
+    (box["config"].parent / "odd" / "ultralytics").mkdir(parents=True)
+    (box["config"].parent / "odd" / "ultralytics" / "__init__.py").write_text("")
+    assert (
+        other_settings.prepare(env, [str(box["config"].parent / "odd")], image_site=str(box["image"])) == ""
+    )
+    assert env == {"YOLO_CONFIG_DIR": str(box["config"])}
 
 
 def test_a_folder_it_cannot_write_is_one_warning_and_the_users_setting_stays(box: dict[str, Path]) -> None:
