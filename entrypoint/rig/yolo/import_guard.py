@@ -21,13 +21,16 @@ MODULE = "ultralytics"
 
 
 class Guard:
-    """Looks at the first `import ultralytics` of the process, then leaves sys.meta_path."""
+    """Looks at the first `import ultralytics` of the process; passes every other import on. It stays
+    on sys.meta_path: the import system is iterating over that list when it asks."""
+
+    def __init__(self) -> None:
+        self.done = False
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
-        if fullname != MODULE or path is not None:
+        if fullname != MODULE or path is not None or self.done:
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
+        self.done = True
         try:
             from rig.yolo import other_settings
 
