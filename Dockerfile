@@ -310,6 +310,11 @@ COPY --from=lockinfo /opt/rig/stack-versions.env /opt/rig/stack-versions.env
 
 # Our own code, as late as possible.
 COPY --from=project /opt/rig-project/ /opt/venv/
+# rig's contract with the image's own Ultralytics, checked once here (rig/yolo/contractcheck.py):
+# `rig train` reads the report in milliseconds while those files are unchanged, and checks any other
+# Ultralytics a user installs itself. A pin lacking a name rig lists fails the build here.
+RUN /opt/venv/bin/python -I -m rig.yolo.contractcheck --bake /opt/rig/ultralytics-contract.json \
+    && grep -q '"missing": \[\]' /opt/rig/ultralytics-contract.json
 # Every start of the image's Python (python, `yolo`, kernels, `rig train`'s ranks) gives another
 # Ultralytics a user installs in ~/.local a settings file of its own schema, seeded from the user's,
 # instead of letting it reset theirs (rig/yolo/import_guard.py).

@@ -141,7 +141,24 @@ test-unit: venv ## the host tests (tests/unit): seconds, no Docker
 
 .PHONY: test
 test: lint build ## lint, build the image, run every CPU test (tests/unit, then tests/image against it)
-	IMAGE=$(REF) PYTHONPATH=entrypoint $(VENV)/bin/pytest $(XDIST) -m 'not gpu and not cluster' $(PYTEST_ARGS)
+	IMAGE=$(REF) PYTHONPATH=entrypoint $(VENV)/bin/pytest $(XDIST) -m 'not gpu and not cluster and not ultralytics_window' $(PYTEST_ARGS)
+
+# The tested window of Ultralytics releases: the image's pin (pyproject.toml) is the newest, the oldest
+# is rig/yolo/contract.py's WINDOW. V= any release (its wheel is downloaded and checked on the host).
+ULTRALYTICS_OLDEST := $(shell sed -n 's/^WINDOW = Window(oldest="\(.*\)")$$/\1/p' entrypoint/rig/yolo/contract.py)
+V ?= $(ULTRALYTICS_OLDEST)
+.PHONY: test-ultralytics
+test-ultralytics: venv | image ## [V=X]: the image with Ultralytics X in place of its pin (default: the tested window's oldest): train, stop, resume, device tail, plain yolo
+	IMAGE=$(REF) ULTRALYTICS_VERSION=$(V) PYTHONPATH=entrypoint $(VENV)/bin/pytest -m ultralytics_window tests/image/test_ultralytics_window.py $(PYTEST_ARGS)
+
+# Move the image's Ultralytics to release V: the pin, the lock, then the contract checked against V's
+# source (seconds, no Docker). `make build` and `make test` follow.
+.PHONY: bump-ultralytics
+bump-ultralytics: venv ## V=X: pin Ultralytics X (pyproject.toml, uv.lock) and check rig's contract against its source
+	@[ -n "$(filter-out $(ULTRALYTICS_OLDEST),$(V))" ] || { echo "ERROR make: give the release to move to, e.g. make bump-ultralytics V=8.4.191"; exit 2; }
+	sed -i 's/"ultralytics-opencv-headless==[^"]*"/"ultralytics-opencv-headless==$(V)"/' pyproject.toml
+	uv lock --upgrade-package ultralytics-opencv-headless
+	PYTHONPATH=entrypoint $(VENV)/bin/pytest tests/unit/yolo/test_contract.py tests/unit/test_ultralytics_boundary.py tests/unit/test_lock_versions.py $(PYTEST_ARGS)
 
 # CI runs `make test` on the default stack, then this on the other: what a stack can break.
 .PHONY: test-stack

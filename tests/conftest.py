@@ -51,6 +51,13 @@ SLOWEST_FILES = (
 TESTS = Path(__file__).parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "ultralytics_window: the image with another Ultralytics release (`make test-ultralytics V=X`)",
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
 

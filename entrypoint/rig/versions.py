@@ -114,16 +114,14 @@ def stack() -> dict[str, str]:
 
 def describe() -> str:
     s = stack()
-    ultra = f"ultralytics {s['ultralytics']}"
+    where = ""
     if s["ultralytics_path"]:
-        ultra += f" ({s['ultralytics_path']}"
-        if not s["image_ultralytics_path"]:
-            ultra += "; the image has none"
-        elif s["ultralytics_path"] != s["image_ultralytics_path"]:
-            ultra += f"; not the image's {s['image_ultralytics']} ({s['image_ultralytics_path']})"
-        ultra += ")"
+        where = f" (ultralytics from {s['ultralytics_path']}"
+        if s["image_ultralytics_path"] and s["ultralytics_path"] != s["image_ultralytics_path"]:
+            where += f", not the image's {s['image_ultralytics']} from {s['image_ultralytics_path']}"
+        where += ")"
     return (
         f"yolo-rig {s['yolo-rig']} (stack {s['stack']}, revision {s['revision']}): python {s['python']}, "
         f"torch {s['torch']}, torchvision {s['torchvision']}, CUDA {s['cuda']}, cuDNN {s['cudnn']}, "
-        f"{ultra}, opencv {s['opencv']}"
+        f"ultralytics {s['ultralytics']}, opencv {s['opencv']}{where}"
     )

@@ -234,9 +234,10 @@ def test_another_ultralytics_is_refused_then_shadowed_and_the_users_settings_sur
         assert "REPLY ok" in cell, cell
         # rig names it, where it comes from and the image's it shadows.
         version = ws.ssh("rig --version", timeout=60).stdout
-        assert (
-            f"ultralytics {OTHER} ({SITE}/ultralytics; not the image's {pinned} ({IMAGE_SITE}/ultralytics))"
-        ) in version, version
+        assert f", ultralytics {OTHER}, " in version, version
+        assert version.rstrip().endswith(
+            f"(ultralytics from {SITE}/ultralytics, not the image's {pinned} from {IMAGE_SITE}/ultralytics)"
+        ), version
         doctor = ws.ssh("rig doctor --json", timeout=180).stdout
         checks = {c["name"]: c for c in json.loads(doctor[doctor.index("{") :])["checks"]}
         ultralytics = checks["ultralytics"]

@@ -12,7 +12,7 @@ from rig import log
 from rig.launch import steplevers
 from rig.observe.bench import BenchOptions, compile_blocker, format_table, run_bench
 from rig.observe.bench.results import PARTS
-from rig.yolo import ultra
+from rig.yolo import contract, ultra, ultracheck
 
 _logger = log.get("bench")
 
@@ -32,6 +32,7 @@ def _with_stdout_on_stderr(fn: Any, *args: Any) -> Any:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    ultracheck.check_at_start("rig bench", needs=contract.BENCH)  # before any data is read
     opts = BenchOptions(
         data=args.data,
         model=args.model,

@@ -32,7 +32,7 @@ from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.fabric import Fabric
 from rig.hardware.topology import Topology
 from rig.launch import autoresume, binding, ddp, job, nodes, rundir, slurmjobs, steplevers, trainargs
-from rig.yolo import datasets, gpubatch, tuning, ultra
+from rig.yolo import contract, datasets, gpubatch, tuning, ultra, ultracheck
 from rig.yolo.nodecache import buildlock, prepare
 
 _logger = log.get("launch")
@@ -412,6 +412,12 @@ def decide(request: Request, node: Node, run: Run) -> Plan:
         )
     placed = place_ranks(devices, node.topology)
     nranks, rank_cpus = len(placed.bindings), len(placed.bindings[0].cpus)
+    if devices.kind == "cpu" and nranks * spec.nnodes > 1 and not ultracheck.feature_on(contract.CPU_RANKS):
+        raise RigError(
+            f"CPU ranks need what Ultralytics {ultracheck.installed().version} lacks (the WARNING above); "
+            "train in one process (--cpu-ranks 1) or use the image's Ultralytics",
+            ultracheck.EXIT_CODE,
+        )
     world = nranks * spec.nnodes
     trainargs.check_batch(request.args, world)
     if run.located.new_folder and node.identity is None and spec.nnodes > 1:
@@ -593,6 +599,7 @@ def plan_train(
 ) -> job.Launch:
     """The whole pipeline: what `rig train` runs (a dry run: the same, without the two writing steps)."""
     env = os.environ if environ is None else environ
+    ultracheck.check_at_start("rig train")  # before any data is read
     request = parse(kv_args, gpus=gpus, cpu_ranks_given=cpu_ranks_given, environ=env)
     node = discover(env, read_topology, rig.USER_ENVIRON, read_fabric=read_fabric)
     plan = decide(request, node, discover_run(request.args, node))
