@@ -315,6 +315,10 @@ COPY --from=project /opt/rig-project/ /opt/venv/
 # Ultralytics a user installs itself. A pin lacking a name rig lists fails the build here.
 RUN /opt/venv/bin/python -I -m rig.yolo.contractcheck --bake /opt/rig/ultralytics-contract.json \
     && grep -q '"missing": \[\]' /opt/rig/ultralytics-contract.json
+# Every start of the image's Python (python, `yolo`, kernels, `rig train`'s ranks) gives another
+# Ultralytics a user installs in ~/.local a settings file of its own schema, seeded from the user's,
+# instead of letting it reset theirs (rig/yolo/import_guard.py).
+COPY docker/yolo-rig.pth /opt/venv/lib/python3.11/site-packages/yolo-rig.pth
 # Every login shell (`docker run IMAGE bash -l`, `make shell`, SSH, Jupyter terminals) gets the
 # venv back on PATH after Debian's /etc/profile resets it, and yolo its own packages.
 RUN /opt/venv/bin/python -c 'import os; from rig.workstation.userenv import render_profile as r; \
