@@ -57,10 +57,10 @@ def _download(url: str, path: Path, sha256: str) -> Path:
     return path
 
 
-def _any_wheel(version: str, dest: Path) -> Path:
+def _any_wheel(version: str, dest: Path, dist: str = "ultralytics") -> Path:
     """A release's wheel from PyPI's simple index (PEP 691), checked against the SHA-256 it gives."""
-    name = f"ultralytics-{version}-py3-none-any.whl"
-    request = urllib.request.Request(f"{INDEX}/ultralytics/", headers={"Accept": SIMPLE_JSON})
+    name = f"{dist.replace('-', '_')}-{version}-py3-none-any.whl"
+    request = urllib.request.Request(f"{INDEX}/{dist}/", headers={"Accept": SIMPLE_JSON})
     with urllib.request.urlopen(request, timeout=60) as r:
         files = json.load(r)["files"]
     (wheel,) = [f for f in files if f["filename"] == name]
@@ -75,12 +75,16 @@ def _locked(dest: Path) -> Iterator[None]:
         yield
 
 
-def wheel(version: str | None = None) -> Path:
-    """A release's wheel (None: the image's, as uv.lock pins it), downloaded once and checked."""
+def wheel(version: str | None = None, dist: str = "ultralytics") -> Path:
+    """A release's wheel (None: the image's, as uv.lock pins it), downloaded once and checked: plain
+    `ultralytics`, or the image's `ultralytics-opencv-headless` (the same module, without the
+    desktop OpenCV)."""
     version = version or locked_version()
     dest = CACHE / version
     with _locked(dest):
-        return _locked_wheel(dest) if version == locked_version() else _any_wheel(version, dest)
+        if version == locked_version() and dist == LOCKED:
+            return _locked_wheel(dest)
+        return _any_wheel(version, dest, dist)
 
 
 def source(version: str | None = None) -> Path:
@@ -89,7 +93,7 @@ def source(version: str | None = None) -> Path:
     dest = CACHE / version
     package = dest / "ultralytics"
     if not (package / "__init__.py").is_file():
-        found = wheel(version)
+        found = wheel(version, LOCKED if version == locked_version() else "ultralytics")
         with _locked(dest), zipfile.ZipFile(found) as z:
             if not (package / "__init__.py").is_file():
                 z.extractall(dest, [n for n in z.namelist() if n.startswith("ultralytics/")])

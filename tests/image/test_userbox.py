@@ -16,10 +16,10 @@ import requests
 
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.lock import locked_versions
-from tests.helpers.ultralytics_wheels import wheel
 from tests.helpers.waiting import wait_until
 from tests.helpers.wheels import make_wheel
 from tests.helpers.workstation import KERNEL_CELL, TERMINAL, Workstation, start, up
+from tools import ultralytics_releases
 
 pytestmark = pytest.mark.image
 
@@ -179,7 +179,7 @@ def test_another_ultralytics_is_refused_then_shadowed_and_the_users_settings_sur
     wheels = ws.tmp / "ul"
     wheels.mkdir()
     for dist in ("ultralytics", "ultralytics-opencv-headless"):
-        shutil.copy(wheel(dist, OTHER), wheels)
+        shutil.copy(ultralytics_releases.wheel(OTHER, dist), wheels)
     make_wheel(wheels, "opencv_python", "4.10.0.84")
     ws.compose("cp", str(wheels), "workstation:/tmp/ul")
     ws.exec("chmod -R a+rX /tmp/ul")

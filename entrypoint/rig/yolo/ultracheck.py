@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rig import log
+from rig import log, origins
 from rig.errors import RigError
 from rig.yolo import contract, contractcheck, ultra
 
@@ -87,15 +89,28 @@ def decide(report: contractcheck.Report, newest: str, oldest: str = contract.WIN
     return Verdict(warnings=warnings)
 
 
-@functools.cache
-def installed() -> contractcheck.Report:
-    """The installed Ultralytics checked (once per process). Without one: a report whose CORE is
-    missing, which `check_at_start` turns into its ERROR line."""
-    dirs = ultra.package_dirs()
-    if not dirs:
+def report_for(found: origins.Origin | None) -> contractcheck.Report:
+    """The contract checked against an Ultralytics a session imports; without one, a report whose
+    CORE is missing, which `check_at_start` turns into its ERROR line."""
+    if found is None:
         missing = contractcheck.Missing(contract.CORE.key, "ultralytics", "not installed")
         return contractcheck.Report("", "nowhere", (missing,))
-    return contractcheck.installed_report(dirs[0])
+    return contractcheck.installed_report(Path(found.path))
+
+
+@functools.cache
+def installed() -> contractcheck.Report:
+    """The Ultralytics this user's training imports, checked (once per process): rig itself runs
+    isolated and imports the image's, while the ranks (and sessions) import a user's own from
+    ~/.local ahead of it (rig.origins)."""
+    return report_for(origins.find(ultra.PACKAGE, origins.session_path(os.environ, sys.path)))
+
+
+def turned_off(found: origins.Origin) -> list[str]:
+    """What rig does not run with an Ultralytics a session imports: its ERROR line, or one line per
+    feature its names leave off (`rig doctor`)."""
+    verdict = decide(report_for(found), pinned())
+    return [verdict.error] if verdict.error is not None else verdict.warnings
 
 
 def feature_on(feature: contract.Feature) -> bool:
