@@ -508,6 +508,15 @@ def check_bench(f: Facts) -> Check:
             "give each GPU more CPUs (cpuset on its NUMA node), train with cache=ram, or lighten "
             "augmentation; the GPU idles while it waits for data",
         )
+    if bottleneck == "optimizer":  # the bench's reason names the optimizer and its share
+        return Check(
+            "bench",
+            Status.WARN,
+            f"{detail}: {why.rpartition('; ')[2] if '; ' in why else why}",
+            "each optimizer step serves nbs images whatever the batch: train with a batch above nbs "
+            "(YOLO26's recipe: batch=128) for fewer of them, or compare another optimizer= with "
+            "`rig bench --optimizer NAME`",
+        )
     if bottleneck == "host":
         return Check(
             "bench",

@@ -200,6 +200,9 @@ class TrainArgs(TypedDict, total=False):
     save: Annotated[bool, BENCH]
     verbose: Annotated[bool, BENCH]
     optimizer: Annotated[str, BENCH]
+    lr0: Annotated[float, BENCH]
+    momentum: Annotated[float, BENCH]
+    weight_decay: Annotated[float, BENCH]
 
 
 class Checkpoint(TypedDict, total=False):
@@ -592,6 +595,8 @@ class TorchUtils(Protocol):
     def init_seeds(self, seed: int = ..., deterministic: bool = ...) -> None: ...
     @needs(CORE)
     def strip_optimizer(self, f: Any = ..., s: str = ..., updates: Any = ...) -> dict[str, Any]: ...
+    @needs(BENCH)
+    def autocast(self, enabled: Any, /, device: str = ...) -> Any: ...
 
 
 class Data(Protocol):
@@ -678,6 +683,8 @@ class Augment(Protocol):
 
 class EngineTrainer(Protocol):
     """ultralytics.engine.trainer"""
+
+    BaseTrainer: Annotated[type, BENCH]
 
     check_amp: Annotated[Callable[[Any], bool], OFFLINE, swap_within("BaseTrainer._setup_train")]
     enumerate: Annotated[Callable[..., Any], EXACT_RESUME, swap_within("BaseTrainer._do_train")]

@@ -21,6 +21,7 @@ import os
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 from rig import paths, safefs
@@ -402,6 +403,14 @@ def init_seeds(seed: int, deterministic: bool) -> None:
 def yolo(model: str) -> contract.Model:
     """Ultralytics' YOLO model object for a weights file or an architecture yaml."""
     return package().YOLO(model)
+
+
+def build_optimizer(model: Any, name: str, *, lr: float, momentum: float, decay: float, nc: int) -> Any:
+    """The optimizer Ultralytics' trainer builds for a model (BaseTrainer.build_optimizer: its parameter
+    groups), outside a trainer: it reads its trainer's args and data only for optimizer=auto."""
+    base = cast("type[contract.Trainer]", engine_trainer().BaseTrainer)
+    stand_in = cast(contract.Trainer, SimpleNamespace(args=get_cfg({}), data={"nc": nc}))
+    return base.build_optimizer(stand_in, model, name=name, lr=lr, momentum=momentum, decay=decay)
 
 
 def online() -> bool:
