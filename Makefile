@@ -129,8 +129,8 @@ $(VENV)/.synced: uv.lock pyproject.toml
 
 .PHONY: lint
 lint: venv ## ruff, mypy on entrypoint/, hadolint on the Dockerfiles, actionlint on .github/workflows/
-	$(VENV)/bin/ruff check entrypoint tests tools docker/sbom.py docker/sbom_files.py
-	$(VENV)/bin/ruff format --check entrypoint tests tools docker/sbom.py docker/sbom_files.py
+	$(VENV)/bin/ruff check entrypoint tests tools docker/sbom.py docker/sbom_files.py docker/cluster/apptainer.py
+	$(VENV)/bin/ruff format --check entrypoint tests tools docker/sbom.py docker/sbom_files.py docker/cluster/apptainer.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/hadolint Dockerfile docker/cluster/Dockerfile
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/actionlint
