@@ -1,3 +1,4 @@
+#!/opt/venv/bin/python -I
 """A stand-in for Apptainer, written from its sources, for the tests (never in the product image).
 
 What Apptainer 1.5 (github.com/apptainer/apptainer at v1.5.3-312-g917d665, August 2026) does when it
