@@ -16,10 +16,10 @@ from tests.helpers.slurm import DATA, USER, Cluster
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
-def test_the_stand_ins_entrypoint_and_cmd_are_the_images(cluster: Cluster, docker_client: Any, image: str) -> None:
+def test_the_stand_ins_entrypoint_and_cmd_are_the_images(docker_client: Any, image: str) -> None:
     config = docker_client.images.get(image).attrs["Config"]
     module = standin()
-    assert (module.ENTRYPOINT, module.CMD) == (config["Entrypoint"], config["Cmd"])
+    assert (config["Entrypoint"], config["Cmd"]) == (module.ENTRYPOINT, module.CMD)
 
 
 def test_the_sbatch_trains_on_two_nodes_through_apptainer(cluster: Cluster, jobs: list[str]) -> None:

@@ -25,14 +25,16 @@ pytestmark = pytest.mark.image
 
 UID = 4321
 # The host's Python path as a site's modules set it, with a module named like the image's own.
-PLANTED = "import pathlib\npathlib.Path(__file__).with_name('IMPORTED').touch()\nraise SystemExit('planted')\n"
+PLANTED = (
+    "import pathlib\npathlib.Path(__file__).with_name('IMPORTED').touch()\nraise SystemExit('planted')\n"
+)
 HOST_ENV = {
     "PYTHONPATH": "/home/hpcuser/site-python",
     "PYTHONHOME": "/opt/site/python3.11",  # the image's Python would not start
     "CUDA_HOME": "/opt/site/cuda-12.4",
     "VIRTUAL_ENV": "/home/hpcuser/venv",  # the image's ENV wins: never reaches the container
 }
-TRAIN = "device=cpu data=demo/data.yaml model=yolo11n.yaml epochs=1 imgsz=64 batch=4 plots=False".split()
+TRAIN = ["device=cpu", "data=demo/data.yaml", "model=yolo11n.yaml", "epochs=1", "imgsz=64", "batch=4"]
 
 
 @pytest.fixture
@@ -70,7 +72,7 @@ def test_rig_train_bench_and_yolo_as_a_cluster_user_runs_them(apptainer: Apptain
     home_before = {k: v for k, v in files(host.home).items() if not k.startswith("project")}
     rc, out = apptainer.exec(["rig", "demo-data", "demo", "--train", "8", "--val", "4", "--imgsz", "64"], 120)
     assert rc == 0, out
-    rc, out = apptainer.exec(["rig", "train", "--cpu-ranks", "2", *TRAIN], 600)
+    rc, out = apptainer.exec(["rig", "train", "--cpu-ranks", "2", *TRAIN, "plots=False"], 600)
     assert rc == 0, out[-4000:]
     private = f"/tmp/yolo-rig-{UID}"
     # One WARNING for the host's variables (VIRTUAL_ENV is the image's already), one INFO for the places.
@@ -79,17 +81,18 @@ def test_rig_train_bench_and_yolo_as_a_cluster_user_runs_them(apptainer: Apptain
     assert "VIRTUAL_ENV" not in dropped[0]
     assert lines(out, "WARNING") == dropped, out[-4000:]  # nothing else: no memory binding refused either
     moved = [line for line in lines(out, "INFO") if "read-only here" in line]
-    assert len(moved) == 1 and f"runs in ./runs of the folder you start in ({host.cwd_path}/runs now)" in moved[0]
-    assert f"Ultralytics' settings in {private}/config" in moved[0] and f"caches in {private}/cache" in moved[0]
+    assert len(moved) == 1, out[-4000:]
+    assert f"runs in ./runs of the folder you start in ({host.cwd_path}/runs now)" in moved[0]
+    assert f"Ultralytics' settings in {private}/config" in moved[0]
+    assert f"caches in {private}/cache" in moved[0]
     # The node image cache works there: one copy for both ranks.
     assert re.search(rf"INFO imagecache: 8 images .* decoded into {private}/cache/images/", out), out[-4000:]
     run = host.cwd / "runs/detect/train"
     assert (run / "weights/last.pt").is_file() and (run / "results.csv").is_file()
     assert (run / "weights/last.pt").stat().st_uid == UID
 
-    rc, out = apptainer.run(
-        ["yolo", "predict", "model=runs/detect/train/weights/last.pt", "source=demo/images/val", "imgsz=64"], 300
-    )
+    predict = ["yolo", "predict", "model=runs/detect/train/weights/last.pt", "source=demo/images/val"]
+    rc, out = apptainer.run([*predict, "imgsz=64"], 300)
     assert rc == 0, out[-4000:]
     assert (host.cwd / "runs/detect/predict").is_dir(), out[-4000:]
     assert len([line for line in lines(out, "WARNING") if "dropped the host's" in line]) == 1  # rig exec's
