@@ -12,8 +12,12 @@ shift 3
 cd "$(dirname "$0")/.."
 
 args=(--image-id "$(docker image inspect -f '{{.Id}}' "$image")" --base-image "$base")
-base_ref=$(docker image inspect -f '{{if .RepoDigests}}{{index .RepoDigests 0}}{{else}}{{.Id}}{{end}}' "$base")
-args+=(--base-digest "${base_ref##*@}")  # a pulled base: its registry digest; one built here: its ID
+# A pulled base: its registry digest (under its own name: a push elsewhere adds others); one built
+# here (make base-image): its ID.
+name=${base%@*}
+[[ ${name##*/} == *:* ]] && name=${name%:*}
+digest=$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$base" | sed -n "s|^$name@||p" | head -n 1)
+args+=(--base-digest "${digest:-$(docker image inspect -f '{{.Id}}' "$base")}")
 args+=(--revision "$(git rev-parse HEAD 2>/dev/null || true)")
 for file in Dockerfile uv.lock; do
   args+=(--dependency "$file=sha256:$(sha256sum "$file" | cut -d' ' -f1)")
