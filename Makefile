@@ -117,7 +117,7 @@ build: settings ## [STACK=cu121|cu128]: build $(IMAGE):$(TAG) and :VERSION-STACK
 # The built image as REGISTRY/yolo-rig, tagged with its stack (moving: the newest release) and
 # VERSION-STACK (fixed). Only an image built from this checkout's revision goes out.
 .PHONY: push
-push: settings ## REGISTRY=host[:port][/path]: push the built image as REGISTRY/yolo-rig:STACK and :VERSION-STACK
+push: settings ## REGISTRY=host[:port][/path] [COSIGN_KEY=...]: push the built image as REGISTRY/yolo-rig:STACK and :VERSION-STACK, signed, its SBOM and provenance attached
 	@[ -n "$(REGISTRY)" ] || { echo "ERROR make: give REGISTRY=host[:port][/path], e.g. REGISTRY=registry.example.com/ml"; exit 2; }
 	@revision=$$(docker image inspect -f '{{index .Config.Labels "org.opencontainers.image.revision"}}' $(REF) 2>/dev/null) \
 		|| { echo "ERROR make: $(REF) is not built; run make build STACK=$(STACK) first"; exit 2; }; \
