@@ -258,7 +258,8 @@ image: $(if $(and $(PUBLISHED),$(TRUSTED)),verify)
 # A published image is run only as its signer signed it: pinned by digest (a tag can move between
 # this check and the pull), its signature verified against the key or identity given.
 .PHONY: verify
-verify:
+verify: ## IMAGE=NAME@sha256:... COSIGN_PUBLIC_KEY=cosign.pub (or COSIGN_IDENTITY=...): check the image's signature (make up and make train do it first)
+	@$(if $(TRUSTED),,echo "ERROR make: give COSIGN_PUBLIC_KEY=cosign.pub (or COSIGN_IDENTITY=... for keyless signatures) to verify $(REF) against"; exit 2)
 	@$(if $(findstring @sha256:,$(REF)),,echo "ERROR make: $(REF) is a tag, which can move after it is verified; pin it by digest to verify it: IMAGE=NAME@sha256:... (make push prints it)"; exit 2)
 	@command -v cosign >/dev/null || { echo "ERROR make: verifying $(REF) needs cosign on this host (Debian trixie's package, sigstore's release)"; exit 2; }
 	@out=$$(cosign verify $(VERIFY_FLAGS) $(REF) 2>&1 >/dev/null) \
