@@ -143,10 +143,10 @@ COSIGN_SIGN_FLAGS = $(if $(COSIGN_KEY),--key $(COSIGN_KEY) $(if $(filter yes,$(C
 COSIGN_LOG = $(SBOM_DIR)/cosign.log
 # Before anything is pushed: cosign is there, and the provenance is this image's (not an earlier build's).
 SIGN_CHECK = command -v cosign >/dev/null || { echo "ERROR make: signing needs cosign on this host (Debian trixie's package, sigstore's release); or push without COSIGN_KEY"; exit 2; }; \
-	[ "$$(sed -n 's/^ *"imageId": "\(.*\)",*$$/\1/p' $(PROVENANCE) 2>/dev/null)" = "$$(docker image inspect -f '{{.Id}}' $(REF))" ] \
+	[ -f $(PROVENANCE) ] && [ "$$(sed -n 's/^ *"imageId": "\(.*\)",*$$/\1/p' $(PROVENANCE))" = "$$(docker image inspect -f '{{.Id}}' $(REF))" ] \
 		|| { echo "ERROR make: $(PROVENANCE) is not $(REF)'s provenance; run make build STACK=$(STACK) again"; exit 2; }
 # The digest signed, then the SBOM (read from the image itself) and the provenance attached to it.
-SIGN = sbom=$$(mktemp) && docker run --rm --network none --entrypoint cat $(REF) /opt/rig/sbom.cdx.json >"$$sbom" \
+SIGN = mkdir -p $(SBOM_DIR) && sbom=$$(mktemp) && docker run --rm --network none --entrypoint cat $(REF) /opt/rig/sbom.cdx.json >"$$sbom" \
 	&& { cosign sign --yes $(COSIGN_SIGN_FLAGS) "$$digest" \
 		&& cosign attest --yes $(COSIGN_SIGN_FLAGS) --type cyclonedx --predicate "$$sbom" "$$digest" \
 		&& cosign attest --yes $(COSIGN_SIGN_FLAGS) --type slsaprovenance1 --predicate $(PROVENANCE) "$$digest"; \
