@@ -330,6 +330,9 @@ COPY docker/jupyter-overrides.json /opt/venv/share/jupyter/lab/settings/override
 # The notebooks, read-only; `rig serve` seeds them into /workspace/notebooks (rig/workstation/workspace.py).
 COPY notebooks/ /opt/rig/notebooks/
 
+# Apptainer and Pyxis start the ENTRYPOINT in the host's PID namespace, where tini is not PID 1: as a
+# subreaper it still reaps the orphans of its command, and prints no warning about it.
+ENV TINI_SUBREAPER=1
 ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/rig", "exec", "--"]
 CMD ["rig", "serve"]
 

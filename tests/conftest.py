@@ -39,6 +39,7 @@ SLOWEST_FILES = (
     "image/test_stops.py",  # 123
     "image/test_imagecache.py",  # 115
     "image/test_pytorchjob.py",  # 104
+    "image/test_apptainer.py",  # 98 (2026-12-06, other suites on the box)
     "image/test_ultralytics_peer.py",  # 95
     "image/test_serve_hardening.py",  # 94
     "image/test_multigpu.py",  # 93
