@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from rig.yolo import contract
 
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.lock import locked_versions
@@ -251,6 +252,17 @@ def test_another_ultralytics_is_refused_then_shadowed_and_the_users_settings_sur
             f"ultralytics_opencv_headless {OTHER} over the image's {pinned}"
             in checks["user packages"]["detail"]
         )
+        # rig train checks the Ultralytics its ranks import (the user's), before any data is read.
+        trained = ws.ssh("rig train device=cpu data=/nowhere/data.yaml epochs=1", timeout=120)
+        lines = (trained.stdout + trained.stderr).strip().splitlines()
+        window = f"rig is tested with Ultralytics {contract.WINDOW.oldest} to {pinned}"
+        assert trained.returncode == 2 and len(lines) == 1 and "Traceback" not in lines[0], lines
+        assert (
+            lines[0].startswith(
+                f"ERROR rig: rig train: Ultralytics {OTHER} (imported from {SITE}/ultralytics) is older than"
+            )
+            and window in lines[0]
+        ), lines
     finally:
         ws.ssh("pip uninstall -y ultralytics-opencv-headless", timeout=120)
     # The image's Ultralytics again, with the user's settings as they were.

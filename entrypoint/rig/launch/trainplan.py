@@ -599,7 +599,6 @@ def plan_train(
 ) -> job.Launch:
     """The whole pipeline: what `rig train` runs (a dry run: the same, without the two writing steps)."""
     env = os.environ if environ is None else environ
-    ultracheck.check_at_start("rig train")  # before any data is read
     request = parse(kv_args, gpus=gpus, cpu_ranks_given=cpu_ranks_given, environ=env)
     node = discover(env, read_topology, rig.USER_ENVIRON, read_fabric=read_fabric)
     plan = decide(request, node, discover_run(request.args, node))
