@@ -316,6 +316,15 @@ COPY --from=lockinfo /opt/rig/stack-versions.env /opt/rig/stack-versions.env
 
 # Our own code, as late as possible.
 COPY --from=project /opt/rig-project/ /opt/venv/
+# rig's contract with the image's own Ultralytics, checked once here (rig/yolo/contractcheck.py):
+# `rig train` reads the report in milliseconds while those files are unchanged, and checks any other
+# Ultralytics a user installs itself. A pin lacking a name rig lists fails the build here.
+RUN /opt/venv/bin/python -I -m rig.yolo.contractcheck --bake /opt/rig/ultralytics-contract.json \
+    && grep -q '"missing": \[\]' /opt/rig/ultralytics-contract.json
+# Every start of the image's Python (python, `yolo`, kernels, `rig train`'s ranks) gives another
+# Ultralytics a user installs in ~/.local a settings file of its own schema, seeded from the user's,
+# instead of letting it reset theirs (rig/yolo/import_guard.py).
+COPY docker/yolo-rig.pth /opt/venv/lib/python3.11/site-packages/yolo-rig.pth
 # Every login shell (`docker run IMAGE bash -l`, `make shell`, SSH, Jupyter terminals) gets the
 # venv back on PATH after Debian's /etc/profile resets it, and yolo its own packages.
 RUN /opt/venv/bin/python -c 'import os; from rig.workstation.userenv import render_profile as r; \
@@ -327,6 +336,9 @@ COPY docker/jupyter-overrides.json /opt/venv/share/jupyter/lab/settings/override
 # The notebooks, read-only; `rig serve` seeds them into /workspace/notebooks (rig/workstation/workspace.py).
 COPY notebooks/ /opt/rig/notebooks/
 
+# Apptainer and Pyxis start the ENTRYPOINT in the host's PID namespace, where tini is not PID 1: as a
+# subreaper it still reaps the orphans of its command, and prints no warning about it.
+ENV TINI_SUBREAPER=1
 ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/rig", "exec", "--"]
 CMD ["rig", "serve"]
 

@@ -25,6 +25,19 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 SOURCE_URL ?= $(shell git config --get remote.origin.url 2>/dev/null)
 # Where a pushed image goes: host[:port][/path] (`make push`).
 REGISTRY ?=
+# Signed images (docs/image.md#signed-images-and-provenance). `make push` signs the pushed digest and
+# attaches the SBOM and the build's provenance with cosign: with COSIGN_KEY (a key file, its password
+# in COSIGN_PASSWORD, or a KMS URI cosign knows), else keyless where a CI gives an OIDC token (GitHub
+# Actions' id-token, SIGSTORE_ID_TOKEN). A published IMAGE pinned by digest is verified before
+# `make up`, `make train` and the other targets run it, against COSIGN_PUBLIC_KEY, or keyless against
+# COSIGN_IDENTITY (the signer's identity, a regular expression) and COSIGN_OIDC_ISSUER.
+COSIGN_KEY ?=
+COSIGN_PUBLIC_KEY ?=
+COSIGN_IDENTITY ?=
+COSIGN_OIDC_ISSUER ?= https://token.actions.githubusercontent.com
+# yes: key signatures are recorded in Sigstore's transparency log (Rekor) and checked there; no (a
+# registry and hosts without Rekor): neither. Keyless signing always uses it.
+COSIGN_TLOG ?= no
 PYTEST_ARGS ?= --durations=30
 # Processes make test and make test-unit spread the tests over (pytest-xdist), each test file whole
 # in one of them so its fixtures are made once; 0: all in pytest's own process.
@@ -96,24 +109,54 @@ build: settings ## [STACK=cu121|cu128]: build $(IMAGE):$(TAG) and :VERSION-STACK
 	@$(if $(filter $(STACK),$(STACKS)),true,echo "ERROR make: STACK=$(STACK) is not a stack of pyproject.toml (one of: $(STACKS))"; exit 2)
 	DOCKER_BUILDKIT=1 docker build $(BUILD_ARGS) -t $(REF) .
 	tools/label_image.sh $(REF) $(SBOM_DIR)/yolo-rig-$(VERSION)-$(STACK).cdx.json
+	tools/provenance.sh $(REF) $(PROVENANCE) $(BASE_IMAGE) BASE_IMAGE=$(BASE_IMAGE) APT_MIRROR=$(APT_MIRROR) \
+		PIP_INDEX_URL=$(PIP_INDEX_URL) STACK=$(STACK) VERSION=$(VERSION) GIT_REVISION=$(GIT_REVISION) \
+		SOURCE_URL=$(SOURCE_URL) CREATED=$(CREATED) RIG_WEIGHTS="$(RIG_WEIGHTS)" RIG_FEATURES="$(FEATURES)"
 	docker tag $(REF) $(IMAGE_NAME):$(VERSION)-$(STACK)
 
 # The built image as REGISTRY/yolo-rig, tagged with its stack (moving: the newest release) and
 # VERSION-STACK (fixed). Only an image built from this checkout's revision goes out.
 .PHONY: push
-push: settings ## REGISTRY=host[:port][/path]: push the built image as REGISTRY/yolo-rig:STACK and :VERSION-STACK
+push: settings ## REGISTRY=host[:port][/path] [COSIGN_KEY=...]: push the built image as REGISTRY/yolo-rig:STACK and :VERSION-STACK, signed, its SBOM and provenance attached
 	@[ -n "$(REGISTRY)" ] || { echo "ERROR make: give REGISTRY=host[:port][/path], e.g. REGISTRY=registry.example.com/ml"; exit 2; }
 	@revision=$$(docker image inspect -f '{{index .Config.Labels "org.opencontainers.image.revision"}}' $(REF) 2>/dev/null) \
 		|| { echo "ERROR make: $(REF) is not built; run make build STACK=$(STACK) first"; exit 2; }; \
 	[ "$$revision" = "$(GIT_REVISION)" ] \
 		|| { echo "ERROR make: $(REF) was built from revision $$revision, this checkout is $(GIT_REVISION); run make build first"; exit 2; }
 	@git diff --quiet HEAD -- 2>/dev/null || echo "WARNING make: the checkout has uncommitted changes; the image's revision label names the commit only"
+	@$(if $(COSIGN_KEY)$(OIDC_TOKEN),$(SIGN_CHECK))
 	@for tag in $(STACK) $(VERSION)-$(STACK); do \
 		docker tag $(REF) $(REGISTRY)/yolo-rig:$$tag && docker push --quiet $(REGISTRY)/yolo-rig:$$tag >/dev/null || exit; \
 		digest=$$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' $(REGISTRY)/yolo-rig:$$tag \
 			| grep -F "$(REGISTRY)/yolo-rig@" | head -n 1); \
 		echo "INFO make: pushed $(REGISTRY)/yolo-rig:$$tag, pinned: IMAGE=$$digest"; \
 	done
+	@digest=$$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' $(REGISTRY)/yolo-rig:$(VERSION)-$(STACK) \
+		| grep -F "$(REGISTRY)/yolo-rig@" | head -n 1); \
+	$(if $(COSIGN_KEY)$(OIDC_TOKEN),$(SIGN),echo "WARNING make: $$digest is not signed: give COSIGN_KEY (docs/image.md#signed-images-and-provenance)")
+
+# The build's provenance (tools/provenance.sh), beside its SBOM.
+PROVENANCE = $(SBOM_DIR)/yolo-rig-$(VERSION)-$(STACK).provenance.json
+# A CI's OIDC token for keyless signing (GitHub Actions with `id-token: write`, or Sigstore's own).
+OIDC_TOKEN = $(ACTIONS_ID_TOKEN_REQUEST_URL)$(SIGSTORE_ID_TOKEN)
+COSIGN_SIGN_FLAGS = $(if $(COSIGN_KEY),--key $(COSIGN_KEY) $(if $(filter yes,$(COSIGN_TLOG)),,--tlog-upload=false))
+COSIGN_LOG = $(SBOM_DIR)/cosign.log
+# Before anything is pushed: cosign is there, and the provenance is this image's (not an earlier build's).
+SIGN_CHECK = command -v cosign >/dev/null || { echo "ERROR make: signing needs cosign on this host (Debian trixie's package, sigstore's release); or push without COSIGN_KEY"; exit 2; }; \
+	[ -f $(PROVENANCE) ] && [ "$$(sed -n 's/^ *"imageId": "\(.*\)",*$$/\1/p' $(PROVENANCE))" = "$$(docker image inspect -f '{{.Id}}' $(REF))" ] \
+		|| { echo "ERROR make: $(PROVENANCE) is not $(REF)'s provenance; run make build STACK=$(STACK) again"; exit 2; }
+# The digest signed, then the SBOM (read from the image itself) and the provenance attached to it.
+SIGN = mkdir -p $(SBOM_DIR) && sbom=$$(mktemp) && docker run --rm --network none --entrypoint cat $(REF) /opt/rig/sbom.cdx.json >"$$sbom" \
+	&& { cosign sign --yes $(COSIGN_SIGN_FLAGS) "$$digest" \
+		&& cosign attest --yes $(COSIGN_SIGN_FLAGS) --type cyclonedx --predicate "$$sbom" "$$digest" \
+		&& cosign attest --yes $(COSIGN_SIGN_FLAGS) --type slsaprovenance1 --predicate $(PROVENANCE) "$$digest"; \
+	} >$(COSIGN_LOG) 2>&1 && rm -f "$$sbom" \
+	&& echo "INFO make: signed $$digest and attached its SBOM (CycloneDX) and provenance (SLSA v1): cosign verify --key cosign.pub $$digest" \
+	|| { rm -f "$$sbom"; tail -n 5 $(COSIGN_LOG); echo "ERROR make: signing $$digest failed (cosign's output above, all of it in $(COSIGN_LOG))"; exit 2; }
+# `make up` & co. with a published IMAGE pinned by digest and a key or identity to trust: cosign's
+# verdict first, one line when it refuses (no signature, another key's, a digest nobody signed).
+VERIFY_FLAGS = $(if $(COSIGN_PUBLIC_KEY),--key $(COSIGN_PUBLIC_KEY) $(if $(filter yes,$(COSIGN_TLOG)),,--insecure-ignore-tlog=true),--certificate-identity-regexp '$(COSIGN_IDENTITY)' --certificate-oidc-issuer $(COSIGN_OIDC_ISSUER))
+TRUSTED = $(COSIGN_PUBLIC_KEY)$(COSIGN_IDENTITY)
 
 # UPGRADE=1: move every package to its newest allowed version instead of keeping the current pins.
 UPGRADE ?=
@@ -129,8 +172,8 @@ $(VENV)/.synced: uv.lock pyproject.toml
 
 .PHONY: lint
 lint: venv ## ruff, mypy on entrypoint/, hadolint on the Dockerfiles, actionlint on .github/workflows/
-	$(VENV)/bin/ruff check entrypoint tests tools docker/sbom.py docker/sbom_files.py
-	$(VENV)/bin/ruff format --check entrypoint tests tools docker/sbom.py docker/sbom_files.py
+	$(VENV)/bin/ruff check entrypoint tests tools docker/sbom.py docker/sbom_files.py docker/cluster/apptainer.py
+	$(VENV)/bin/ruff format --check entrypoint tests tools docker/sbom.py docker/sbom_files.py docker/cluster/apptainer.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/hadolint Dockerfile docker/cluster/Dockerfile
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/actionlint
@@ -141,7 +184,24 @@ test-unit: venv ## the host tests (tests/unit): seconds, no Docker
 
 .PHONY: test
 test: lint build ## lint, build the image, run every CPU test (tests/unit, then tests/image against it)
-	IMAGE=$(REF) PYTHONPATH=entrypoint $(VENV)/bin/pytest $(XDIST) -m 'not gpu and not cluster' $(PYTEST_ARGS)
+	IMAGE=$(REF) PYTHONPATH=entrypoint $(VENV)/bin/pytest $(XDIST) -m 'not gpu and not cluster and not ultralytics_window' $(PYTEST_ARGS)
+
+# The tested window of Ultralytics releases: the image's pin (pyproject.toml) is the newest, the oldest
+# is rig/yolo/contract.py's WINDOW. V= any release (its wheel is downloaded and checked on the host).
+ULTRALYTICS_OLDEST := $(shell sed -n 's/^WINDOW = Window(oldest="\(.*\)")$$/\1/p' entrypoint/rig/yolo/contract.py)
+V ?= $(ULTRALYTICS_OLDEST)
+.PHONY: test-ultralytics
+test-ultralytics: venv | image ## [V=X]: the image with Ultralytics X in place of its pin (default: the tested window's oldest): train, stop, resume, device tail, plain yolo
+	IMAGE=$(REF) ULTRALYTICS_VERSION=$(V) PYTHONPATH=entrypoint $(VENV)/bin/pytest -m ultralytics_window tests/image/test_ultralytics_window.py $(PYTEST_ARGS)
+
+# Move the image's Ultralytics to release V: the pin, the lock, then the contract checked against V's
+# source (seconds, no Docker). `make build` and `make test` follow.
+.PHONY: bump-ultralytics
+bump-ultralytics: venv ## V=X: pin Ultralytics X (pyproject.toml, uv.lock) and check rig's contract against its source
+	@[ -n "$(filter-out $(ULTRALYTICS_OLDEST),$(V))" ] || { echo "ERROR make: give the release to move to, e.g. make bump-ultralytics V=8.4.191"; exit 2; }
+	sed -i 's/"ultralytics-opencv-headless==[^"]*"/"ultralytics-opencv-headless==$(V)"/' pyproject.toml
+	uv lock --upgrade-package ultralytics-opencv-headless
+	PYTHONPATH=entrypoint $(VENV)/bin/pytest tests/unit/yolo/test_contract.py tests/unit/test_ultralytics_boundary.py tests/unit/test_lock_versions.py $(PYTEST_ARGS)
 
 # CI runs `make test` on the default stack, then this on the other: what a stack can break.
 .PHONY: test-stack
@@ -203,7 +263,7 @@ settings:
 # The image, when it is missing: built from this checkout (a local name), or pulled (a published
 # one, never built). It must be of STACK: each stack has its own home, ~/.local and caches.
 .PHONY: image
-image:
+image: $(if $(and $(PUBLISHED),$(TRUSTED)),verify)
 	@if ! docker image inspect $(REF) >/dev/null 2>&1 || [ "$(PULL_POLICY)" = always ]; then \
 		if [ -n "$(PUBLISHED)" ]; then docker pull $(REF) \
 			|| { echo "ERROR make: cannot pull $(REF); check the name, the registry and docker login"; exit 2; }; \
@@ -211,6 +271,17 @@ image:
 	fi
 	@stack=$$(docker image inspect -f '{{index .Config.Labels "io.yolo-rig.stack"}}' $(REF)); [ "$$stack" = "$(STACK)" ] \
 		|| { echo "ERROR make: $(REF) is of stack $$stack, not STACK=$(STACK); add STACK=$$stack"; exit 2; }
+
+# A published image is run only as its signer signed it: pinned by digest (a tag can move between
+# this check and the pull), its signature verified against the key or identity given.
+.PHONY: verify
+verify: ## IMAGE=NAME@sha256:... COSIGN_PUBLIC_KEY=cosign.pub (or COSIGN_IDENTITY=...): check the image's signature (make up and make train do it first)
+	@$(if $(TRUSTED),,echo "ERROR make: give COSIGN_PUBLIC_KEY=cosign.pub (or COSIGN_IDENTITY=... for keyless signatures) to verify $(REF) against"; exit 2)
+	@$(if $(findstring @sha256:,$(REF)),,echo "ERROR make: $(REF) is a tag, which can move after it is verified; pin it by digest to verify it: IMAGE=NAME@sha256:... (make push prints it)"; exit 2)
+	@command -v cosign >/dev/null || { echo "ERROR make: verifying $(REF) needs cosign on this host (Debian trixie's package, sigstore's release)"; exit 2; }
+	@out=$$(cosign verify $(VERIFY_FLAGS) $(REF) 2>&1 >/dev/null) \
+		&& echo "INFO make: $(REF) is signed by $(or $(COSIGN_PUBLIC_KEY),$(COSIGN_IDENTITY))" \
+		|| { echo "ERROR make: $(REF) is not signed by $(or $(COSIGN_PUBLIC_KEY),$(COSIGN_IDENTITY)) (unsigned, altered or another signer's); cosign: $$(printf '%s\n' "$$out" | grep -v '^WARNING' | tail -n 1)"; exit 2; }
 
 # Kept in $(ENV_FILE) (Compose's .env, which plain `docker compose` reads too): the folder settings
 # and RIG_UID/RIG_GID, so the next `make train` uses the folders this `make up` was given. Other

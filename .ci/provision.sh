@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Provision a Debian 12 CI host: Docker engine, compose v2, buildx, and the host tools the
-# tests drive (OpenSSH client, headless Chromium, Prometheus, a registry). Idempotent: safe to run on every CI start.
+# tests drive (OpenSSH client, headless Chromium, Prometheus, a registry, cosign). Idempotent: safe to run on every CI start.
 set -euo pipefail
 
 log() { echo "INFO provision: $*"; }
@@ -39,17 +39,23 @@ for service in prometheus docker-registry; do
   fi
 done
 
-# Compose v2 and buildx are not packaged for bookworm; trixie's builds depend only on libc6.
+# Packages bookworm lacks, from trixie, whose builds depend only on libc6: Compose v2 and buildx;
+# cosign 2.5 (a static binary), which signs and verifies the pushed image (make push, make up).
+from_trixie=()
 if ! docker compose version >/dev/null 2>&1 || ! docker buildx version >/dev/null 2>&1; then
-  log "installing docker-compose and docker-buildx from trixie"
+  from_trixie+=(docker-compose docker-buildx)
+fi
+command -v cosign >/dev/null || from_trixie+=(cosign)
+if ((${#from_trixie[@]})); then
+  log "installing ${from_trixie[*]} from trixie"
   tmp=$(mktemp -d)
   mkdir -p "$tmp/lists/partial" "$tmp/archives/partial"
   printf 'deb http://deb.debian.org/debian trixie main\n' >"$tmp/sources.list"
   opts=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o "Dir::Etc::SourceParts=-"
         -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache::Archives=$tmp/archives")
   apt-get "${opts[@]}" update -qq
-  (cd "$tmp" && apt-get "${opts[@]}" download docker-compose docker-buildx)
-  dpkg -i "$tmp"/docker-compose_*.deb "$tmp"/docker-buildx_*.deb >/dev/null
+  (cd "$tmp" && apt-get "${opts[@]}" download "${from_trixie[@]}")
+  dpkg -i "$tmp"/*.deb >/dev/null
   rm -rf "$tmp"
 fi
 
@@ -60,4 +66,4 @@ if ! docker info >/dev/null 2>&1; then
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { echo "ERROR provision: dockerd did not start; see /var/log/dockerd.log"; exit 1; }
 fi
-log "docker $(docker version --format '{{.Server.Version}}'), $(docker compose version --short 2>/dev/null | head -1) compose, buildx $(docker buildx version | awk '{print $2}')"
+log "docker $(docker version --format '{{.Server.Version}}'), $(docker compose version --short 2>/dev/null | head -1) compose, buildx $(docker buildx version | awk '{print $2}'), cosign $(dpkg-query -W -f='${Version}' cosign 2>/dev/null || echo '(not from Debian)')"

@@ -40,6 +40,7 @@ SLOWEST_FILES = (
     "image/test_stops.py",  # 123
     "image/test_imagecache.py",  # 115
     "image/test_pytorchjob.py",  # 104
+    "image/test_apptainer.py",  # 98 (2026-12-06, other suites on the box)
     "image/test_ultralytics_peer.py",  # 95
     "image/test_multigpu.py",  # 93
     "image/test_metrics_image.py",  # 85
@@ -49,6 +50,13 @@ SLOWEST_FILES = (
     "image/test_long_runs.py",  # 72
 )
 TESTS = Path(__file__).parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "ultralytics_window: the image with another Ultralytics release (`make test-ultralytics V=X`)",
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,7 +1,8 @@
 """What one checkpoint inside an epoch costs (RIG_CHECKPOINT_EVERY): rig's resumable checkpoint of a
-YOLO11n- and a YOLO11x-sized detection model, built (rig.yolo.resumable.checkpoint) and written
-atomically (rig.launch.checkpoints.save: stream, fsync, rename), against Ultralytics' own save_model
-of the same trainer state. Run in the image:
+YOLO11n- and a YOLO11x-sized detection model (Ultralytics' save_model, rig's keys added by
+rig.yolo.trainer.saves from rig.yolo.resumable.state, written atomically by
+rig.launch.checkpoints.write: stream, fsync, rename), against Ultralytics' own save_model of the same
+trainer state. Run in the image:
 
     docker run --rm -v "$PWD/tools:/tools:ro" -v /path/on/the/disk:/out yolo-rig:cu121 \\
         python /tools/checkpoint_cost.py /out
@@ -24,6 +25,7 @@ from types import SimpleNamespace
 import torch
 from rig.launch import checkpoints
 from rig.yolo import resumable
+from rig.yolo.trainer import saves
 from ultralytics.cfg import get_cfg
 from ultralytics.engine.trainer import BaseTrainer
 from ultralytics.nn.tasks import DetectionModel
@@ -82,8 +84,12 @@ def _seconds(work: Callable[[], object]) -> float:
 
 
 def _rig(t: SimpleNamespace) -> None:
-    ckpt = resumable.checkpoint(t, 3, 500, 3 * 1000 + 480, None)
-    checkpoints.save(ckpt, [t.last])
+    writes = saves.Writes(checkpoints.write)
+    paths = saves.path_type(writes)
+    t.wdir, t.last, t.best = paths(t.wdir), paths(t.last), paths(t.best)
+    state = functools.partial(resumable.state, t, 3, 500, 3 * 1000 + 480, None, model=t.model)
+    with writes.extending(resumable.stock_epoch(3), state, only=t.last):
+        BaseTrainer.save_model(t)
 
 
 def main(out: Path) -> int:
@@ -94,7 +100,11 @@ def main(out: Path) -> int:
         rig_s = _seconds(functools.partial(_rig, t))
         rig_mb = t.last.stat().st_size / 1e6
         stock = out / f"{name}.stock.pt"
-        t.last, t.fitness = stock, 0.4  # not the best: last.pt alone, as rig's periodic checkpoint
+        t.wdir, t.last, t.fitness = (
+            out,
+            stock,
+            0.4,
+        )  # not the best: last.pt alone, as rig's periodic checkpoint
         stock_s = _seconds(functools.partial(BaseTrainer.save_model, t))
         print(
             f"{name.removesuffix('.yaml')}: {params / 1e6:.1f}M parameters; rig's checkpoint "

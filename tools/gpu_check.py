@@ -1,25 +1,28 @@
 """The Python half of tools/gpu_check.sh: each measure's figures, appended to $OUT as they are read.
 
-    python tools/gpu_check.py imports WORK                  # every module the check needs, or the one missing
-    python tools/gpu_check.py env OUT DOCTOR_JSON DRYRUN DEVICE   # the machine, doctor, rig's batch
-    python tools/gpu_check.py stock-train key=value ...     # `yolo train` as its CLI runs it, with telemetry
-    python tools/gpu_check.py runs OUT WORK IMAGES          # a) stock against rig train: figures and targets
-    python tools/gpu_check.py tail OUT LOG                  # b) the device tail's probes
-    python tools/gpu_check.py levers OUT BENCH_JSON         # c) each step lever against eager, with losses
-    python tools/gpu_check.py planner OUT DEVICE STEPS BATCH CASE...  # d) the planner against the peak
-    python tools/gpu_check.py stop OUT NAME RC WANT RC2 LOG RESUMED_LOG   # e) a stop and its resume
-    python tools/gpu_check.py again NOTES PART...           # the parts --again runs
+    gpu_check.py imports WORK                              # every module the check needs, or the one missing
+    gpu_check.py env OUT DOCTOR_JSON DEVICE MODEL=DRYRUN...   # the machine, doctor, rig's batch per model
+    gpu_check.py stock-train key=value ...                 # `yolo train` as its CLI runs it, with telemetry
+    gpu_check.py runs OUT WORK IMAGES MODEL FILE RECIPE    # a) stock against rig train: figures, targets
+    gpu_check.py tail OUT LOG                              # b) the device tail's probes
+    gpu_check.py levers OUT BENCH_JSON MODEL LEVERS        # c) each step lever against eager, with losses
+    gpu_check.py planner OUT DEVICE STEPS BATCH CASE...    # d) the planner against the peak
+    gpu_check.py stop OUT NAME RC WANT RC2 LOG RESUMED_LOG MODEL   # e) a stop and its resume
+    gpu_check.py again NOTES PART...                       # the parts --again runs
+(each `python tools/gpu_check.py ...`)
 
-Every figure goes to OUT/results.jsonl (one JSON object a line, with its part) and one readable line to
-OUT/summary.txt, each when it is measured: a check cut short keeps what it had.
+Every figure goes to OUT/results.jsonl (one JSON object a line, with its part and, where it has one, its
+model) and one readable line to OUT/summary.txt, each when it is measured: a check cut short keeps what
+it had.
 
-`runs` reads each run's telemetry.csv and args.yaml under WORK/runs (each trained on IMAGES images) and
-measures it over its steps after the first epoch (start-up, cuDNN's autotuning and any compile are
-the first epoch's): images/s by the wall clock and by step time, the GPU's busy share (NVML), the
-share of step time waiting for data, peak memory (NVML from telemetry, torch's from the PEAK line
-tools/gpu_check_site prints at the rank's exit), rig's batch and its reason (rig train's log). Then
-the targets for YOLO11n at 640 px: rig train without batch= at least TARGET_RATIO x stock and
-TARGET_IMG_S images/s, the GPU busy over TARGET_BUSY % of the measured steps.
+`runs` reads each run's telemetry.csv and args.yaml under WORK/runs (ours-MODEL and stock-MODEL, each
+trained on IMAGES images) and measures it over its steps after the first epoch (start-up, cuDNN's
+autotuning and any compile are the first epoch's): images/s by the wall clock and by step time, the
+GPU's busy share (NVML), the share of step time waiting for data, peak memory (NVML from telemetry,
+torch's from the PEAK line tools/gpu_check_site prints at the rank's exit), rig's batch and its reason
+(rig train's log). Then the targets at 640 px: rig train without batch= at least TARGET_RATIO x stock
+(YOLO11n and YOLO26n), TARGET_IMG_S images/s (YOLO11n), the GPU busy over TARGET_BUSY % of the measured
+steps.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ TARGET_RATIO = 3.0
 TARGET_IMG_S = 1500.0
 TARGET_BUSY = 90.0
 TARGET_TAIL_MS = 0.5
+IMG_S_TARGETS = {"yolo11n": TARGET_IMG_S}  # the models with an images/s target (H100/H200)
 MIB = 1 << 20
 
 
@@ -94,10 +98,10 @@ def imports(work: Path) -> int:
 # env: the machine, rig doctor, the batch rig train adds
 
 
-def env(out: Path, doctor_json: Path, dryrun: Path, device: str) -> int:
+def env(out: Path, doctor_json: Path, device: str, dryruns: Sequence[str]) -> int:
     """The machine's line (GPU, driver, torch, date: what BENCHMARKS.md's rows give), each doctor check,
-    and the batch `rig train --dry-run` adds: from the GPU's memory on a GPU (one GPU too), none on the
-    CPU. 1 when the dry run added the wrong thing or doctor gave no checks."""
+    and, for each MODEL=DRYRUN, the batch `rig train --dry-run` adds: from the GPU's memory on a GPU
+    (one GPU too), none on the CPU. 1 when a dry run added the wrong thing or doctor gave no checks."""
     import subprocess
 
     import torch
@@ -130,17 +134,23 @@ def env(out: Path, doctor_json: Path, dryrun: Path, device: str) -> int:
             status=c["status"],
             detail=c["detail"],
         )
-    added, reason, ok = dry_run_batch(dryrun.read_text(errors="replace"), cpu=device == "cpu")
-    record(
-        out,
-        "env",
-        f"rig train --dry-run adds {'batch=' + added if added else 'no batch'} ({reason})"
-        + ("" if ok else f"; want {'none on the CPU' if device == 'cpu' else 'one from the GPU memory'}"),
-        added=added,
-        reason=reason,
-        ok=ok,
-    )
-    return 0 if ok and checks else 1
+    every = True
+    for item in dryruns:
+        model, _, path = item.partition("=")
+        added, reason, ok = dry_run_batch(Path(path).read_text(errors="replace"), cpu=device == "cpu")
+        record(
+            out,
+            "env",
+            f"rig train --dry-run model={model}.yaml adds {'batch=' + added if added else 'no batch'} "
+            f"({reason})"
+            + ("" if ok else f"; want {'none on the CPU' if device == 'cpu' else 'one from the GPU memory'}"),
+            model=model,
+            added=added,
+            reason=reason,
+            ok=ok,
+        )
+        every = every and ok
+    return 0 if every and dryruns and checks else 1
 
 
 def dry_run_batch(text: str, cpu: bool) -> tuple[str | None, str, bool]:
@@ -208,8 +218,11 @@ def measure_run(
     )
 
 
-def targets(ours: RunFigures | None, stock: RunFigures | None) -> dict[str, Any]:
-    """The targets for YOLO11n at 640 px: each figure and whether it is met (None: no figure)."""
+def targets(
+    ours: RunFigures | None, stock: RunFigures | None, img_s_target: float | None = TARGET_IMG_S
+) -> dict[str, Any]:
+    """The targets at 640 px: each figure and whether it is met (None: no figure); images/s only for a
+    model with a target (img_s_target None: none)."""
     ours_img_s = ours.img_s_wall if ours else None
     stock_img_s = stock.img_s_wall if stock else None
     ratio = ours_img_s / stock_img_s if ours_img_s and stock_img_s else None
@@ -218,11 +231,10 @@ def targets(ours: RunFigures | None, stock: RunFigures | None) -> dict[str, Any]
     def target(value: float | None, goal: float) -> dict[str, Any]:
         return {"value": value, "target": goal, "met": None if value is None else value >= goal}
 
-    return {
-        "ratio_vs_stock": target(ratio, TARGET_RATIO),
-        "img_s": target(ours_img_s, TARGET_IMG_S),
-        "gpu_busy_pct": target(busy, TARGET_BUSY),
-    }
+    found = {"ratio_vs_stock": target(ratio, TARGET_RATIO)}
+    if img_s_target is not None:
+        found["img_s"] = target(ours_img_s, img_s_target)
+    return found | {"gpu_busy_pct": target(busy, TARGET_BUSY)}
 
 
 def _args_yaml(path: Path) -> dict[str, str]:
@@ -254,14 +266,24 @@ def batch_reason(log: str) -> str:
     return found[-1] if found else "no batch line: Ultralytics' default (no GPU, or batch= given)"
 
 
-def runs(out: Path, work: Path, images: int) -> dict[str, Any]:
+def runs(
+    out: Path, work: Path, images: int, model: str, model_file: str = "", recipe: str = ""
+) -> dict[str, Any]:
+    """One model's pair (WORK/runs/ours-MODEL, stock-MODEL): each run's figures, then the targets."""
     figures: dict[str, RunFigures] = {}
+    what = f"{model} ({model_file}{', ' + recipe if recipe else ''})" if model_file else model
     for name in ("stock", "ours"):
-        run_dir = work / "runs" / name
-        csv_path, args_path, log_path = run_dir / "telemetry.csv", run_dir / "args.yaml", work / f"{name}.log"
+        run_dir = work / "runs" / f"{name}-{model}"
+        csv_path, args_path = run_dir / "telemetry.csv", run_dir / "args.yaml"
+        log_path = work / f"{name}-{model}.log"
         if not csv_path.is_file() or not args_path.is_file():
             record(
-                out, "runs", f"{name}: no telemetry.csv or args.yaml in {run_dir}", run=name, measured=False
+                out,
+                "runs",
+                f"{name} {what}: no telemetry.csv or args.yaml in {run_dir}",
+                run=name,
+                model=model,
+                measured=False,
             )
             continue
         args = _args_yaml(args_path)
@@ -273,22 +295,32 @@ def runs(out: Path, work: Path, images: int) -> dict[str, Any]:
         record(
             out,
             "runs",
-            f"{name}: batch {f.batch}, {f.steps} steps measured: {fmt(f.img_s_wall)} img/s (steps alone "
+            f"{name} {what}: batch {f.batch}, optimizer {args.get('optimizer', '?')}, {f.steps} steps "
+            f"measured: {fmt(f.img_s_wall)} img/s (steps alone "
             f"{fmt(f.img_s_steps)}), GPU busy {fmt(f.busy_pct, '.0f')} %, data wait "
             f"{fmt(f.data_wait and 100 * f.data_wait, '.0f')} %, "
             f"peak NVML {fmt(f.nvml_peak_mib, '.0f')} MiB, "
             f"torch {fmt(peak.get('reserved_mib'), '.0f')} MiB reserved; {reason}",
             **asdict(f),
+            run=name,
+            model=model,
+            model_file=model_file,
+            optimizer=args.get("optimizer"),
             torch_peak=peak,
             batch_reason=reason,
         )
     if "ours" not in figures or "stock" not in figures:
         return {}
-    result = targets(figures["ours"], figures["stock"])
+    result = targets(figures["ours"], figures["stock"], IMG_S_TARGETS.get(model))
     for name, t in result.items():
         state = {True: "MET", False: "NOT MET", None: "not measured"}[t["met"]]
         record(
-            out, "runs", f"target {name}: {fmt(t['value'])} (target {t['target']:g}): {state}", name=name, **t
+            out,
+            "runs",
+            f"target {name} {model}: {fmt(t['value'])} (target {t['target']:g}): {state}",
+            name=name,
+            model=model,
+            **t,
         )
     return result
 
@@ -377,36 +409,62 @@ def tail(out: Path, log_path: Path) -> int:
     return 0 if {"warp", "tail"} <= modes else 1
 
 
-def levers(out: Path, bench_json: Path) -> int:
+def levers(out: Path, bench_json: Path, model: str = "", asked: str = "all") -> int:
+    """One model's bench: the eager step with its optimizer's share, each lever (and amp=bf16) against
+    it with the losses, and what rig train would switch on. 1 without an eager figure, or when a lever
+    asked for is missing from the bench's figures."""
     r = json.loads(bench_json.read_text())
     step = r.get("step") or {}
+    share, ms = step.get("optimizer_share"), step.get("optimizer_step_ms")
     record(
         out,
         "levers",
-        f"eager {fmt(step.get('eager_img_s'))} img/s at batch {step.get('batch')} on {r.get('device')}; "
-        f"AMP's "
-        f"noise {fmt(step.get('amp_noise'))} over {step.get('equal_steps')} steps",
+        f"{model}: eager {fmt(step.get('eager_img_s'))} img/s at batch {step.get('batch')} on "
+        f"{r.get('device')} with {step.get('optimizer') or '?'}, its step {fmt(ms)} ms alone, "
+        f"{fmt(share and 100 * share, '.0f')} % of the train step; AMP's noise {fmt(step.get('amp_noise'))} "
+        f"over {step.get('equal_steps')} steps; bottleneck {r.get('bottleneck')}",
         lever="eager",
+        model=model,
         img_s=step.get("eager_img_s"),
         batch=step.get("batch"),
         device=r.get("device"),
+        optimizer=step.get("optimizer"),
+        optimizer_step_ms=ms,
+        optimizer_share=share,
         amp_noise=step.get("amp_noise"),
         losses=step.get("eager_losses"),
+        bottleneck=r.get("bottleneck"),
+        bottleneck_reason=r.get("bottleneck_reason"),
     )
-    for lv in step.get("levers") or []:
+    found = step.get("levers") or []
+    for lv in found:
         gain = "not measured" if lv["gain"] is None else f"x{lv['gain']:.2f}"
         eq = "" if lv["equal"] is None else (", losses equal" if lv["equal"] else ", LOSSES DIFFER")
         note = f" ({lv['note']})" if lv.get("note") else ""
-        record(out, "levers", f"{lv['name']} on: {gain} of off{eq}{note}", lever=lv["name"], **lv)
+        what = "amp=bf16 against fp16" if lv["name"] == "bf16" else f"{lv['name']} on"
+        record(
+            out, "levers", f"{model}: {what}: {gain} of off{eq}{note}", lever=lv["name"], model=model, **lv
+        )
     chosen = step.get("chosen") or []
     record(
         out,
         "levers",
-        f"rig train would switch on: {'+'.join(chosen) or 'none'}",
+        f"{model}: rig train would switch on: {'+'.join(chosen) or 'none'}",
+        model=model,
         chosen=chosen,
         chosen_img_s=step.get("chosen_img_s"),
     )
-    return 0 if step.get("eager_img_s") else 1
+    wanted = set(asked.split(",")) if asked != "all" else None
+    missing = sorted((wanted or set()) - {lv["name"] for lv in found})
+    if missing:
+        record(
+            out,
+            "levers",
+            f"{model}: MISSING from the bench: {', '.join(missing)}",
+            model=model,
+            missing=missing,
+        )
+    return 0 if step.get("eager_img_s") and not missing else 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,6 +497,7 @@ def planner(out: Path, device_name: str, steps: int, batch_text: str, cases: Seq
     the peak of that many train steps (torch's reserved and NVML's used); with multi_scale the steps
     run at its largest size, which the planner does not count."""
     import torch
+    from rig.observe.bench import step
     from rig.yolo import gpubatch, ultra
 
     device = torch.device(device_name)
@@ -462,7 +521,8 @@ def planner(out: Path, device_name: str, steps: int, batch_text: str, cases: Seq
         size = int(imgsz * (1 + multi)) // 32 * 32 if multi else imgsz
         model = ultra.detection_model(f"{key}.yaml", 80).to(device).train()
         model.args = ultra.get_cfg({"imgsz": size, "batch": choice.per_gpu})
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
+        optimizer = step.recipe_optimizer(key)  # the state it keeps: MuSGD's for YOLO26
+        opt = step.trainer_optimizer(model, optimizer, nc=80, batch=choice.per_gpu)
         batch = _batch_of(choice.per_gpu, size, 80, device)
         rss0, error = _rss_mib(), None
         if cuda:
@@ -493,12 +553,14 @@ def planner(out: Path, device_name: str, steps: int, batch_text: str, cases: Seq
             out,
             "planner",
             f"{case}: batch {choice.per_gpu} ({'from the memory' if choice.measured else 'the default'}), "
+            f"{optimizer}, "
             f"predicted {predicted / MIB:.0f} MiB, measured at {size} px: "
             f"{'torch reserved' if cuda else 'RSS growth'} "
             f"{peak:.0f} MiB, NVML used {fmt(used, '.0f')} MiB: "
             + (error or ("inside the envelope" if inside else "OUTSIDE the envelope")),
             case=case,
             model=key,
+            optimizer=optimizer,
             imgsz=imgsz,
             measured_imgsz=size,
             batch=choice.per_gpu,
@@ -533,7 +595,9 @@ def _nvml_used_mib() -> float | None:
 # e) a stop and its resume
 
 
-def stop(out: Path, name: str, rc: int, want: str, rc2: int, stop_log: Path, resumed_log: Path) -> int:
+def stop(
+    out: Path, name: str, rc: int, want: str, rc2: int, stop_log: Path, resumed_log: Path, model: str = ""
+) -> int:
     """A run stopped by TERM: exit 143, saved where `want` says (inside the epoch, or before its
     validation); the same command with resume=auto continues there and ends with 0, no traceback."""
     first = stop_log.read_text(errors="replace") if stop_log.is_file() else ""
@@ -551,9 +615,10 @@ def stop(out: Path, name: str, rc: int, want: str, rc2: int, stop_log: Path, res
     record(
         out,
         "resume",
-        f"{name}: TERM: exit {rc} (want 143), saved at {where or 'nowhere'}; resume=auto: exit {rc2}, "
-        f"continued there: {'yes' if continued else 'no'}" + ("" if ok else f"; FAILED: {last[:300]}"),
+        f"{name} {model}: TERM: exit {rc} (want 143), saved at {where or 'nowhere'}; resume=auto: exit "
+        f"{rc2}, continued there: {'yes' if continued else 'no'}" + ("" if ok else f"; FAILED: {last[:300]}"),
         stop=name,
+        model=model,
         rc=rc,
         where=where,
         resumed_rc=rc2,
@@ -583,22 +648,24 @@ def main(argv: Sequence[str]) -> int:
     command, args = (argv[0], list(argv[1:])) if argv else ("", [])
     if command == "imports" and len(args) == 1:
         return imports(Path(args[0]))
-    if command == "env" and len(args) == 4:
-        return env(Path(args[0]), Path(args[1]), Path(args[2]), args[3])
-    if command == "stop" and len(args) == 7:
-        return stop(Path(args[0]), args[1], int(args[2]), args[3], int(args[4]), Path(args[5]), Path(args[6]))
+    if command == "env" and len(args) >= 3:
+        return env(Path(args[0]), Path(args[1]), args[2], args[3:])
+    if command == "stop" and len(args) == 8:
+        return stop(
+            Path(args[0]), args[1], int(args[2]), args[3], int(args[4]), Path(args[5]), Path(args[6]), args[7]
+        )
     if command == "again" and args:
         path = Path(args[0])
         print(" ".join(again(path.read_text() if path.is_file() else "", args[1:])))
         return 0
     if command == "stock-train":
         return stock_train(args)
-    if command == "runs" and len(args) == 3:
-        return 0 if runs(Path(args[0]), Path(args[1]), int(args[2])) else 1
+    if command == "runs" and len(args) == 6:
+        return 0 if runs(Path(args[0]), Path(args[1]), int(args[2]), args[3], args[4], args[5]) else 1
     if command == "tail" and len(args) == 2:
         return tail(Path(args[0]), Path(args[1]))
-    if command == "levers" and len(args) == 2:
-        return levers(Path(args[0]), Path(args[1]))
+    if command == "levers" and len(args) == 4:
+        return levers(Path(args[0]), Path(args[1]), args[2], args[3])
     if command == "planner" and len(args) >= 5:
         return planner(Path(args[0]), args[1], int(args[2]), args[3], args[4:])
     print(__doc__, file=sys.stderr)

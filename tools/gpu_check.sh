@@ -10,19 +10,25 @@
 # `make gpu-wheels` fetches them), installed with --no-index. GPU_CHECK_SIZE=tiny runs the same parts
 # on the CPU at toy sizes (`make gpu-rehearsal`: the box less its GPU, in a container of the image).
 #
-# The parts, the most wanted first, YOLO11n at 640 px with loader workers (BUDGET: each part's share):
-#   env      nvidia-smi, torch and driver (gpu.txt); rig doctor; the batch `rig train --dry-run` adds;
-#   runs     rig train without batch= against stock `yolo train` (Ultralytics' default recipe) on the
-#            same 1280x720 frames: img/s over the steps after the first epoch, NVML's busy share, peak
-#            memory (torch and NVML), the batch rig chose and why; the targets;
-#   tail     the device tail on the device: ms/image of colour+layout and with mosaic+warp; the warp's
-#            equality with OpenCV (share of values off by >0 and >1 level), affine and perspective;
-#   levers   rig bench's step with each lever on against off (channels_last, fused optimizer, CUDA
-#            graphs), the first 50 steps' losses of each;
-#   planner  the batch planner's predicted memory against the measured peak: YOLO11n/s at 640 and
-#            1280, and YOLO11n with multi_scale=0.5 at its largest size;
-#   resume   a stop during validation and a stop inside an epoch with loader workers (TERM, as docker
-#            stop, the kubelet and scancel send it), each resumed with resume=auto to the run's end.
+# The parts, the most wanted first, YOLO11n and YOLO26n at 640 px with loader workers, YOLO26n with
+# MuSGD as its recipe names it (BUDGET: each part's share; a part records each result as it has it):
+#   env      nvidia-smi, torch and driver (gpu.txt); rig doctor; the batch `rig train --dry-run` adds,
+#            for each model;
+#   runs     for each model, rig train without batch= against stock `yolo train` (Ultralytics' default
+#            recipe) on the same 1280x720 frames: img/s over the steps after the first epoch, NVML's busy
+#            share, peak memory (torch and NVML), the batch rig chose and why; the targets;
+#   tail     the device tail on the device: ms/image of colour+layout and with mosaic+warp at rig's
+#            batch; the warp's equality with OpenCV (share of values off by >0 and >1 level), affine and
+#            perspective;
+#   levers   rig bench's step with each lever on against off (channels_last, fused optimizer; CUDA
+#            graphs, which compile for minutes, on YOLO11n alone), Ultralytics' amp=bf16 against fp16
+#            where the GPU has native bfloat16, the first 50 steps' losses of each, the optimizer step's
+#            share of the step; YOLO26n first;
+#   planner  the batch planner's predicted memory against the measured peak: YOLO11n/26n at 640 and
+#            1280, YOLO11s/26s at 640, YOLO11n with multi_scale=0.5 at its largest size;
+#   resume   a stop during validation (YOLO11n) and a stop inside an epoch with loader workers
+#            (YOLO26n, MuSGD), TERM as docker stop, the kubelet and scancel send it, each resumed with
+#            resume=auto to the run's end.
 # Under $OUT, each appended as it is measured (a kill at any moment keeps what was measured):
 #   summary.txt   one line per result;   results.jsonl   the same as JSON, with every figure;
 #   notes.txt     each part's start and end (ok, failed, cut), which --again reads;
@@ -43,7 +49,10 @@ PARTS=(env runs tail levers planner resume)
 # is left of the whole, whichever comes first; a cut part fails).
 BUDGET=480
 AGAIN_BUDGET=240
-declare -A SHARE=([env]=25 [runs]=120 [tail]=30 [levers]=170 [planner]=35 [resume]=90)
+# Not yet timed on a GPU since YOLO26n joined (runs and levers measure two models; the shares were
+# 25/120/30/170/35/90 for YOLO11n alone): the tail now times one batch, CUDA graphs compile for YOLO11n
+# alone, the planner dropped YOLO11s at 1280 px; a part cut at its share is what --again reruns.
+declare -A SHARE=([env]=20 [runs]=160 [tail]=20 [levers]=170 [planner]=35 [resume]=65)
 SLOW=1 # the rehearsal's toy sizes on a shared 2-core CPU: each share and the whole times SLOW
 
 log() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$OUT/summary.txt"; }
@@ -51,17 +60,30 @@ note() { echo "$(date -u +%s) $*" >>"$OUT/notes.txt"; }
 
 # ---------------------------------------------------------------------------------------------
 # The sizes: the box's, or toy ones for the CPU rehearsal.
+# MODEL_OF: each model the check trains, by the name its results carry; RECIPE_OF: what its recipe
+# names beyond Ultralytics' defaults (YOLO26's: MuSGD), for rig train and yolo train, BENCH_RECIPE_OF the
+# same for rig bench; LEVERS_OF: what its bench measures beside eager (all: every lever and amp=bf16).
+MODELS=(yolo11n yolo26n)
+declare -A RECIPE_OF=([yolo11n]="" [yolo26n]="optimizer=MuSGD")
+declare -A BENCH_RECIPE_OF=([yolo11n]="" [yolo26n]="--optimizer MuSGD")
 if [ "$SIZE" = tiny ]; then
-    MODEL=tests/scripts/tiny_detect.yaml IMGSZ=64 W=64 H=64 PER=8 EPOCHS=2 DEV=cpu
+    declare -A MODEL_OF=([yolo11n]=tests/scripts/tiny_detect.yaml [yolo26n]=tests/scripts/tiny_detect26.yaml)
+    declare -A LEVERS_OF=([yolo11n]=all [yolo26n]=all)
+    IMGSZ=64 W=64 H=64 PER=8 EPOCHS=2 DEV=cpu
     DEVICE=(device=cpu) BENCH=(--device cpu --equal-steps 3 --quick) WARP_REPEATS=1
-    TAILS=("2 64") CASES=(yolo11n:32 yolo11s:32 yolo11n:64 yolo11s:64 yolo11n:64:0.5) PLAN_STEPS=1 PLAN_BATCH=2
-    R_DATA=(--train 12 --val 8 --imgsz 64) R_ARGS=(model="$MODEL" imgsz=64 batch=2 workers=2 epochs=1)
+    TAILS=("2 64") PLAN_STEPS=1 PLAN_BATCH=2
+    CASES=(yolo11n:32 yolo26n:32 yolo26s:32 yolo11n:64:0.5) # one of each kind the box measures: seconds each
+    R_DATA=(--train 12 --val 8 --imgsz 64) R_ARGS=(imgsz=64 batch=2 workers=2 epochs=1)
     R_TRAIN_S=0.3 R_VAL_S=2 SLOW=3
 else
-    MODEL=yolo11n.yaml IMGSZ=640 W=1280 H=720 PER=256 EPOCHS=3 DEV=cuda:0
-    DEVICE=() BENCH=(--quick) WARP_REPEATS=8
-    TAILS=("16 640" "64 640") CASES=(yolo11n:640 yolo11n:1280 yolo11s:640 yolo11s:1280 yolo11n:640:0.5) PLAN_STEPS=3 PLAN_BATCH=auto
-    R_DATA=(--train 64 --val 32 --imgsz 320) R_ARGS=(model=yolo11n.yaml imgsz=320 batch=8 workers=4 epochs=3)
+    declare -A MODEL_OF=([yolo11n]=yolo11n.yaml [yolo26n]=yolo26n.yaml)
+    # CUDA graphs compile for minutes before their first step: within the budget, for YOLO11n alone.
+    declare -A LEVERS_OF=([yolo11n]=all [yolo26n]=channels_last,fused_optimizer,bf16)
+    IMGSZ=640 W=1280 H=720 PER=256 EPOCHS=3 DEV=cuda:0
+    DEVICE=() BENCH=(--quick) WARP_REPEATS=4
+    TAILS=("64 640") PLAN_STEPS=3 PLAN_BATCH=auto
+    CASES=(yolo11n:640 yolo26n:640 yolo11n:1280 yolo26n:1280 yolo11s:640 yolo26s:640 yolo11n:640:0.5)
+    R_DATA=(--train 64 --val 32 --imgsz 320) R_ARGS=(imgsz=320 batch=8 workers=4 epochs=3)
     R_TRAIN_S=0.3 R_VAL_S=2
 fi
 IMAGES=$((4 * PER))
@@ -93,24 +115,42 @@ part_env() {
         free -g
         "$PY" -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])'
     } >>"$OUT/gpu.txt" 2>&1
-    "$PY" -m rig doctor --json >"$WORK/doctor.json" 2>>"$OUT/gpu.txt"
-    [ $? -le 1 ] || return 1 # 1: a check failed, which its line says; more: it crashed
+    # Doctor and the dry runs at once: each is mostly a Python start-up.
+    "$PY" -m rig doctor --json >"$WORK/doctor.json" 2>>"$OUT/gpu.txt" &
+    local doctor=$! m dryruns=() pids=() i r=0
     # The batch rig adds without batch=: from the GPU's memory on a GPU (one GPU too), none on the CPU.
-    "$PY" -m rig train --dry-run "${DEVICE[@]}" data=x.yaml model=yolo11n.yaml >"$WORK/dryrun.txt" 2>&1 \
-        || { tail -n 3 "$WORK/dryrun.txt"; return 1; }
-    "$PY" tools/gpu_check.py env "$OUT" "$WORK/doctor.json" "$WORK/dryrun.txt" "$DEV"
+    for m in "${MODELS[@]}"; do
+        dryruns+=("$m=$WORK/dryrun-$m.txt")
+        "$PY" -m rig train --dry-run "${DEVICE[@]}" data=x.yaml model="$m.yaml" >"$WORK/dryrun-$m.txt" 2>&1 &
+        pids+=($!)
+    done
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" || { tail -n 3 "$WORK/dryrun-${MODELS[$i]}.txt"; r=1; }
+    done
+    wait "$doctor"
+    [ $? -le 1 ] || return 1 # 1: a check failed, which its line says; more: it crashed
+    [ "$r" -eq 0 ] || return 1
+    "$PY" tools/gpu_check.py env "$OUT" "$WORK/doctor.json" "$DEV" "${dryruns[@]}"
+}
+
+run_pair() { # MODEL: rig train without batch= against stock yolo train, then their figures
+    local m=$1 recipe
+    read -r -a recipe <<<"${RECIPE_OF[$1]}"
+    local common=(data="$DATA" epochs="$EPOCHS" imgsz="$IMGSZ" val=False plots=False close_mosaic=0 exist_ok=True
+        project="$WORK/runs" "${recipe[@]}" "${DEVICE[@]}")
+    rm -rf "$WORK/runs/ours-$m" "$WORK/runs/stock-$m"
+    PYTHONPATH="$REPO/tools/gpu_check_site:$PYTHONPATH" "$PY" -m rig train model="${MODEL_OF[$m]}" name="ours-$m" \
+        "${common[@]}" 2>&1 | tee "$WORK/ours-$m.log" || return 1
+    PYTHONPATH="$REPO/tools/gpu_check_site:$PYTHONPATH" "$PY" tools/gpu_check.py stock-train model="${MODEL_OF[$m]}" \
+        name="stock-$m" "${common[@]}" 2>&1 | tee "$WORK/stock-$m.log" || return 1
+    "$PY" tools/gpu_check.py runs "$OUT" "$WORK" "$IMAGES" "$m" "${MODEL_OF[$m]}" "${recipe[*]}"
 }
 
 part_runs() {
     frames || return 1
-    local common=(data="$DATA" epochs="$EPOCHS" imgsz="$IMGSZ" val=False plots=False close_mosaic=0 exist_ok=True
-        project="$WORK/runs" "${DEVICE[@]}")
-    rm -rf "$WORK/runs/ours" "$WORK/runs/stock"
-    PYTHONPATH="$REPO/tools/gpu_check_site:$PYTHONPATH" "$PY" -m rig train model="$MODEL" name=ours "${common[@]}" \
-        2>&1 | tee "$WORK/ours.log" || return 1
-    PYTHONPATH="$REPO/tools/gpu_check_site:$PYTHONPATH" "$PY" tools/gpu_check.py stock-train model="$MODEL" \
-        name=stock "${common[@]}" 2>&1 | tee "$WORK/stock.log" || return 1
-    "$PY" tools/gpu_check.py runs "$OUT" "$WORK" "$IMAGES"
+    local m r=0
+    for m in "${MODELS[@]}"; do run_pair "$m" || r=1; done
+    return "$r"
 }
 
 part_tail() {
@@ -125,20 +165,29 @@ part_tail() {
     "$PY" tools/gpu_check.py tail "$OUT" "$WORK/tail.log"
 }
 
-part_levers() {
+part_levers() { # YOLO26n first: its bench compiles nothing
     frames || return 1
-    "$PY" -m rig bench --model "$MODEL" --imgsz "$IMGSZ" --parts step --data "$DATA" "${BENCH[@]}" \
-        --json "$WORK/bench.json" || return 1
-    "$PY" tools/gpu_check.py levers "$OUT" "$WORK/bench.json"
+    local m r=0 levers recipe
+    for m in yolo26n yolo11n; do
+        levers=()
+        [ "${LEVERS_OF[$m]}" = all ] || levers=(--levers "${LEVERS_OF[$m]}")
+        read -r -a recipe <<<"${BENCH_RECIPE_OF[$m]}"
+        "$PY" -m rig bench --model "${MODEL_OF[$m]}" --imgsz "$IMGSZ" --parts step --data "$DATA" "${BENCH[@]}" \
+            "${levers[@]}" "${recipe[@]}" --json "$WORK/bench-$m.json" || { r=1; continue; }
+        "$PY" tools/gpu_check.py levers "$OUT" "$WORK/bench-$m.json" "$m" "${LEVERS_OF[$m]}" || r=1
+    done
+    return "$r"
 }
 
 part_planner() {
     "$PY" tools/gpu_check.py planner "$OUT" "$DEV" "$PLAN_STEPS" "$PLAN_BATCH" "${CASES[@]}"
 }
 
-stop_and_resume() { # name slow-clock-setting wait-pattern where: TERM once the pattern is in the log, then resume=auto
-    local name=$1 slow=$2 pattern=$3 want=$4 run=("$PY" -m rig train data="$WORK/stops/data.yaml" "${R_ARGS[@]}" plots=False
-        project="$WORK/runs" name="$1" resume=auto "${DEVICE[@]}")
+stop_and_resume() { # name model slow-clock-setting wait-pattern where: TERM once the pattern is in the log, then resume=auto
+    local name=$1 slow=$3 pattern=$4 want=$5 recipe
+    read -r -a recipe <<<"${RECIPE_OF[$2]}"
+    local run=("$PY" -m rig train data="$WORK/stops/data.yaml" model="${MODEL_OF[$2]}" "${R_ARGS[@]}" "${recipe[@]}"
+        plots=False project="$WORK/runs" name="$1" resume=auto "${DEVICE[@]}")
     rm -rf "${WORK:?}/runs/$name"
     env PYTHONPATH="$REPO/tests/scripts/slow_clock:$PYTHONPATH" "$slow" "${run[@]}" >"$WORK/$name.log" 2>&1 &
     local pid=$! i
@@ -151,14 +200,14 @@ stop_and_resume() { # name slow-clock-setting wait-pattern where: TERM once the 
     "${run[@]}" >"$WORK/$name-resumed.log" 2>&1
     local rc2=$?
     cat "$WORK/$name-resumed.log"
-    "$PY" tools/gpu_check.py stop "$OUT" "$name" "$rc" "$want" "$rc2" "$WORK/$name.log" "$WORK/$name-resumed.log"
+    "$PY" tools/gpu_check.py stop "$OUT" "$name" "$rc" "$want" "$rc2" "$WORK/$name.log" "$WORK/$name-resumed.log" "$2"
 }
 
 part_resume() {
     [ -f "$WORK/stops/data.yaml" ] || "$PY" -m rig demo-data "$WORK/stops" "${R_DATA[@]}" >/dev/null || return 1
     local r=0
-    stop_and_resume val-stop "RIG_TEST_VAL_BATCH_S=$R_VAL_S" "mAP50-95" "its validation next" || r=1
-    stop_and_resume epoch-stop "RIG_TEST_TRAIN_BATCH_S=$R_TRAIN_S" "loader workers for training" " at batch " || r=1
+    stop_and_resume val-stop yolo11n "RIG_TEST_VAL_BATCH_S=$R_VAL_S" "mAP50-95" "its validation next" || r=1
+    stop_and_resume epoch-stop yolo26n "RIG_TEST_TRAIN_BATCH_S=$R_TRAIN_S" "loader workers for training" " at batch " || r=1
     return "$r"
 }
 
@@ -203,7 +252,8 @@ if [ "${1:-}" = --again ]; then
     read -r -a todo < <("$PY" tools/gpu_check.py again "$OUT/notes.txt" "${PARTS[@]}")
     log "again: ${todo[*]:-nothing to rerun}"
 fi
-log "gpu_check ($SIZE): parts ${todo[*]:-none}; $deadline s in all; ${MODEL} at $IMGSZ px on $DEV"
+models=$(for m in "${MODELS[@]}"; do printf '%s=%s ' "$m" "${MODEL_OF[$m]}"; done)
+log "gpu_check ($SIZE): parts ${todo[*]:-none}; $deadline s in all; ${models}at $IMGSZ px on $DEV"
 
 status=0
 for p in "${todo[@]}"; do

@@ -36,8 +36,9 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def one(model_name: str, imgsz: int, batch: int) -> dict[str, int]:
-    """In this process: the saved bytes (fp32, AMP) and the fp32 step's peak RSS growth."""
+def one(model_name: str, imgsz: int, batch: int, objects: int = 10) -> dict[str, int]:
+    """In this process: the saved bytes (fp32, AMP) and the fp32 step's peak RSS growth, with `objects`
+    boxes in each image (the loss's assignment grows with them: a crowded image's cost)."""
     import torch
     from ultralytics.nn.tasks import DetectionModel
 
@@ -46,7 +47,7 @@ def one(model_name: str, imgsz: int, batch: int) -> dict[str, int]:
     model = DetectionModel(model_name, nc=80, verbose=False)
     model.args = __import__("ultralytics.cfg", fromlist=["get_cfg"]).get_cfg()
     model.train()
-    n_obj = 10
+    n_obj = objects
     img = torch.rand(batch, 3, imgsz, imgsz)
     targets = {
         "img": img,
@@ -83,13 +84,14 @@ def one(model_name: str, imgsz: int, batch: int) -> dict[str, int]:
     return out
 
 
-def measure(model: str, imgsz: int) -> dict[str, float]:
+def measure(model: str, imgsz: int, objects: int = 10) -> dict[str, float]:
     rows = []
     for batch in (1, 2):
         # The peak is a process's lifetime maximum: each batch in a fresh process.
         code = (
             f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
-            f"import measure_activation_bytes as m; print(json.dumps(m.one({model!r}, {imgsz}, {batch})))"
+            "import measure_activation_bytes as m; "
+            f"print(json.dumps(m.one({model!r}, {imgsz}, {batch}, {objects})))"
         )
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
@@ -105,20 +107,21 @@ def measure(model: str, imgsz: int) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--imgsz", type=int, default=640)
+    p.add_argument("--objects", type=int, default=10, help="boxes per image (default 10; 100: a crowded one)")
     p.add_argument("models", nargs="*", default=MODELS)
     a = p.parse_args()
     table = {}
     mib = 2**20
     for name in a.models:
         try:
-            r = measure(name, a.imgsz)
+            r = measure(name, a.imgsz, a.objects)
         except subprocess.CalledProcessError as e:
             print(f"{name}: failed: {e.stderr.strip().splitlines()[-1:]}", flush=True)
             continue
         print(
-            f"{name}: params {r['params'] / 1e6:.1f}M, per image at {a.imgsz}: saved fp32 "
-            f"{r['saved_fp32'] / mib:.0f} MiB, saved AMP {r['saved_amp'] / mib:.0f} MiB, peak fp32 "
-            f"{r['peak_fp32'] / mib:.0f} MiB (x{r['peak_fp32'] / r['saved_fp32']:.2f} saved), "
+            f"{name}: params {r['params'] / 1e6:.1f}M, per image at {a.imgsz} with {a.objects} objects: "
+            f"saved fp32 {r['saved_fp32'] / mib:.0f} MiB, saved AMP {r['saved_amp'] / mib:.0f} MiB, "
+            f"peak fp32 {r['peak_fp32'] / mib:.0f} MiB (x{r['peak_fp32'] / r['saved_fp32']:.2f} saved), "
             f"AMP estimate {r['amp_per_image'] / mib:.0f} MiB",
             flush=True,
         )

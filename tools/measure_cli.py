@@ -18,12 +18,19 @@ import sys
 import time
 
 PYTHON = sys.executable
+_CHECK = "from rig.yolo import ultracheck; ultracheck.check_at_start('rig train')"
+_UNBAKED = "from pathlib import Path; from rig.yolo import contractcheck; contractcheck.BAKED = Path('/none')"
 COMMANDS: dict[str, list[str]] = {
     "python -c pass": [PYTHON, "-c", "pass"],
     "rig --version": ["rig", "--version"],
     "rig --help": ["rig", "--help"],
     # What the compose healthcheck runs (as nobody there); without `rig serve` it says so and exits 1.
     "python -I -m rig health": [PYTHON, "-I", "-m", "rig", "health"],
+    # What `rig train`, `rig bench` and `rig plan` add to their start: the check of Ultralytics
+    # against rig's contract (rig/yolo/ultracheck.py), its modules imported; the image's own
+    # Ultralytics (the report baked at build time), and another one (its source read).
+    "Ultralytics check (image's)": [PYTHON, "-I", "-c", _CHECK],
+    "Ultralytics check (other)": [PYTHON, "-I", "-c", f"{_UNBAKED}; {_CHECK}"],
 }
 
 

@@ -35,6 +35,12 @@ COMMANDS: dict[str, str] = {
 }
 
 
+# The commands that write where the image does: before they run, the places a read-only image cannot
+# write move to the user's own and the host's breaking variables go (rig.places). rig exec does the
+# same for the command it execs; the others only read.
+PREPARED = frozenset({"train", "launch", "bench", "yolo", "export", "doctor"})
+
+
 def module_name(command: str) -> str:
     return "rig.commands." + command.replace("-", "_")
 
@@ -91,6 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if command in PREPARED:
+            from rig import places
+
+            places.prepare_process()
         code: int = args.func(args)
         return code
     except RigError as e:

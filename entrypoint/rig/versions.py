@@ -8,9 +8,10 @@ versions read from the .dist-info folders' names, which the packaging spec fixes
 import os
 import re
 import sys
+from collections.abc import Mapping
 from typing import NamedTuple
 
-from rig import __version__
+from rig import __version__, origins
 
 
 class Stack(NamedTuple):
@@ -75,6 +76,21 @@ def installed_version(dist: str, installed: dict[str, str]) -> str:
         return "not installed"
 
 
+def ultralytics(environ: Mapping[str, str] | None = None, euid: int | None = None) -> dict[str, str]:
+    """The Ultralytics a session imports (PYTHONPATH first: a user's own in ~/.local wins; root's
+    never) and the image's, each as version and folder (rig.origins; neither is imported)."""
+    environ = os.environ if environ is None else environ
+    found = {}
+    for key, path in (
+        ("ultralytics", origins.session_path(environ, sys.path, euid)),
+        ("image_ultralytics", origins.image_path(environ, sys.path)),
+    ):
+        origin = origins.find("ultralytics", path)
+        found[key] = origin.version if origin else "not installed"
+        found[key + "_path"] = origin.path if origin else ""
+    return found
+
+
 def stack() -> dict[str, str]:
     installed = dist_info_versions(sys.path)
 
@@ -91,15 +107,21 @@ def stack() -> dict[str, str]:
         "torchvision": _version("torchvision"),
         "cuda": ".".join(cuda_runtime.split(".")[:2]) if cuda_runtime[0].isdigit() else cuda_runtime,
         "cudnn": _version("nvidia-cudnn-cu12"),
-        "ultralytics": _version("ultralytics-opencv-headless"),
+        **ultralytics(),
         "opencv": _version("opencv-python-headless"),
     }
 
 
 def describe() -> str:
     s = stack()
+    where = ""
+    if s["ultralytics_path"]:
+        where = f" (ultralytics from {s['ultralytics_path']}"
+        if s["image_ultralytics_path"] and s["ultralytics_path"] != s["image_ultralytics_path"]:
+            where += f", not the image's {s['image_ultralytics']} from {s['image_ultralytics_path']}"
+        where += ")"
     return (
         f"yolo-rig {s['yolo-rig']} (stack {s['stack']}, revision {s['revision']}): python {s['python']}, "
         f"torch {s['torch']}, torchvision {s['torchvision']}, CUDA {s['cuda']}, cuDNN {s['cudnn']}, "
-        f"ultralytics {s['ultralytics']}, opencv {s['opencv']}"
+        f"ultralytics {s['ultralytics']}, opencv {s['opencv']}{where}"
     )

@@ -84,7 +84,7 @@ def test_the_entrypoint_runs_once_per_node_and_its_environment_reaches_every_tas
     out = cluster.check(
         f"srun -N1 --nodelist=node0 --ntasks-per-node=2 --container-image=x --container-entrypoint {probe}"
     )
-    # The tasks' lines (tini, not PID 1 where the entrypoint runs once, warns on stderr).
+    # The tasks' lines (tini, not PID 1 where the entrypoint runs once, is quiet as a subreaper).
     rows = sorted(line.split() for line in out.splitlines() if re.match(r"\d+ \d+ order=", line))
     assert [r[:3] for r in rows] == [["0", "0", "order=PCI_BUS_ID"], ["1", "1", "order=PCI_BUS_ID"]], out
     step = rows[0][3]

@@ -21,5 +21,5 @@ def epochs(containers: Containers, c: Any, weights: str) -> dict[str, Any]:
 
 
 def updates(containers: Containers, c: Any, weights: str) -> dict[str, Any]:
-    """{name: [the EMA's updates, the dtype of its weights]}"""
+    """{name: [the EMA's updates, the dtype of Ultralytics' EMA, of rig's (None without)]}"""
     return _read(containers, c, "checkpoint_ema.py", weights)

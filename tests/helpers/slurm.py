@@ -69,10 +69,11 @@ class Cluster:
         assert rc == 0, f"{cmd!r} on {service} exited {rc}:\n{out}"
         return out
 
-    def submit(self, train_args: str, *sbatch_options: str) -> str:
-        """The repository's sbatch, unmodified, with TRAIN_ARGS; returns the job id."""
+    def submit(self, train_args: str, *sbatch_options: str, **env: str) -> str:
+        """The repository's sbatch, unmodified, with TRAIN_ARGS (and env); returns the job id."""
         options = " ".join(shlex.quote(o) for o in sbatch_options)
-        export = shlex.quote(f"ALL,TRAIN_ARGS={train_args}")
+        exported = ["ALL", *(f"{k}={v}" for k, v in env.items()), f"TRAIN_ARGS={train_args}"]
+        export = shlex.quote(",".join(exported))
         out = self.check(f"sbatch --parsable --export={export} {options} {SBATCH}")
         return out.strip().split(";")[0]
 

@@ -5,9 +5,10 @@ no network, what rig needs beyond the box's packages installed with --no-index f
 (tools/gpu_wheels.py's set at uv.lock's versions, fetched for the image's Python 3.11), toy sizes.
 
 It fails when a part fails, is cut at its share of the budget or skips, when anything imports what was
-not carried, or when $OUT holds more than the 8 files (2 folders down) that come back from the box;
-`--again` reruns only the part the notes say was killed while it ran. Without the hostlist wheel, the
-check stops at its import check naming it."""
+not carried, when a part leaves out YOLO26n (its runs with MuSGD beside YOLO11n's, its levers and
+amp=bf16's reason, its planner cases, its stop and resume), or when $OUT holds more than the 8 files
+(2 folders down) that come back from the box; `--again` reruns only the part the notes say was killed
+while it ran. Without the hostlist wheel, the check stops at its import check naming it."""
 
 from __future__ import annotations
 
@@ -117,16 +118,28 @@ def test_the_gpu_check_passes_on_the_box_less_its_gpu_stops_without_hostlist_and
     # What each part measured, as the box would report it.
     by = {p: [r for r in results if r["part"] == p] for p in PARTS}
     assert any(r.get("torch", "").startswith("2.") and r.get("date") for r in by["env"]), by["env"]
-    runs = {r.get("run") or r.get("name") for r in by["runs"]}
-    assert runs >= {"ours", "stock", "ratio_vs_stock"}, by["runs"]
+    runs = {(r.get("run") or r.get("name"), r.get("model")) for r in by["runs"]}
+    pairs = {
+        (name, model) for name in ("ours", "stock", "ratio_vs_stock") for model in ("yolo11n", "yolo26n")
+    }
+    assert runs >= pairs, by["runs"]
+    assert {r["optimizer"] for r in by["runs"] if r.get("model") == "yolo26n" and r.get("run")} == {"MuSGD"}
+    assert all(r.get("added") is None and r["ok"] for r in by["env"] if "added" in r)
+    assert {r["model"] for r in by["env"] if "added" in r} == {"yolo11n", "yolo26n"}
     assert {r.get("kind") for r in by["tail"]} >= {"affine", "perspective"}
     assert all(r["share_off_1"] == 0 for r in by["tail"] if "kind" in r), by["tail"]
     assert {r.get("moved") for r in by["tail"]} >= {"colour", "geometry", "mosaic+warp"}
-    eager = next(r for r in by["levers"] if r.get("lever") == "eager")
-    assert len(eager["losses"]) == 3, eager
-    assert {r.get("lever") for r in by["levers"]} >= {"channels_last", "fused_optimizer", "cuda_graphs"}
-    assert len([r for r in by["planner"] if r.get("predicted_mib")]) == 5, by["planner"]
-    assert [r["ok"] for r in by["resume"]] == [True, True], by["resume"]
+    for model, optimizer in (("yolo11n", "SGD"), ("yolo26n", "MuSGD")):
+        levers = {r.get("lever"): r for r in by["levers"] if r.get("model") == model}
+        assert len(levers["eager"]["losses"]) == 3 and levers["eager"]["optimizer"] == optimizer, levers
+        assert 0 < levers["eager"]["optimizer_share"] < 1 and levers["eager"]["optimizer_step_ms"] > 0
+        assert set(levers) >= {"channels_last", "fused_optimizer", "cuda_graphs", "bf16"}, levers
+        assert "needs CUDA" in levers["bf16"]["note"] or "requires CUDA" in levers["bf16"]["note"]
+    planned = {r["model"]: r for r in by["planner"] if r.get("predicted_mib")}
+    assert set(planned) == {"yolo11n", "yolo26n", "yolo26s"} and planned["yolo26n"]["optimizer"] == "MuSGD"
+    assert len([r for r in by["planner"] if r.get("predicted_mib")]) == 4, by["planner"]
+    assert [(r["model"], r["ok"]) for r in by["resume"]] == [("yolo11n", True), ("yolo26n", True)]
+    assert "resume: epoch-stop yolo26n: TERM: exit 143" in summary
     # What comes back from the box: at most 8 files, at most 2 folders down.
     files = [p for p in out.rglob("*") if p.is_file()]
     assert len(files) <= MAX_FILES and all(len(p.relative_to(out).parts) <= 3 for p in files), files

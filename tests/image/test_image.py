@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rig.yolo import ultracheck
 
 from tests.helpers import REPO, SCRIPTS
 from tests.helpers.containers import Containers
@@ -69,7 +70,7 @@ def test_labels_carry_the_stack_versions(docker_client: Any, image: str, stack: 
     labels = docker_client.images.get(image).labels
     locked, facts = locked_versions(stack), STACK_FACTS[stack]
     assert labels["io.yolo-rig.torch"] == locked["TORCH_VERSION"] == facts["torch"]
-    assert labels["io.yolo-rig.ultralytics"] == locked["ULTRALYTICS_VERSION"] == "8.4.190"
+    assert labels["io.yolo-rig.ultralytics"] == locked["ULTRALYTICS_VERSION"] == ultracheck.pinned()
     assert labels["io.yolo-rig.cudnn"] == locked["CUDNN_VERSION"] == facts["cudnn_dist"]
     assert labels["io.yolo-rig.cuda"] == locked["CUDA_VERSION"] == facts["cuda"]
     assert re.fullmatch(r"[0-9a-f]{7,40}|unknown", labels["org.opencontainers.image.revision"])

@@ -1,10 +1,15 @@
 """The image as a product people install: its release labels and tags, its SBOM (in the image and as
 the build's output), and a published image used on a host where no Python runs: pushed with
-`make push` to a real registry on loopback, its local tags removed, started by `make up` from the
-pull (no `docker build`), and reached over SSH."""
+`make push` to a real registry on loopback and signed there with cosign (its SBOM and provenance
+attached), its local tags removed, verified and started by `make up` from the pull (no `docker
+build`), and reached over SSH; an altered image under the same tag is refused in one line. One push
+serves all of it: the image is 6 GB."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import io
 import json
 import os
 import re
@@ -238,29 +243,94 @@ def tags(registry: str) -> set[str]:
         return set(json.load(response)["tags"])
 
 
+def attestation(digest: str, public_key: Path, kind: str) -> dict[str, Any]:
+    """The statement cosign verified for the digest (`cosign verify-attestation --type kind`)."""
+    out = subprocess.run(
+        ["cosign", "verify-attestation", "--key", str(public_key), "--insecure-ignore-tlog=true",
+         "--type", kind, digest],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    statement: dict[str, Any] = json.loads(
+        base64.b64decode(json.loads(out.stdout.splitlines()[0])["payload"])
+    )
+    return statement
+
+
+def check_signed(digest: str, public_key: Path, image: str, sbom: dict[str, Any]) -> None:
+    """The signature, and the SBOM and provenance attached to the digest, as a platform's admission
+    policy would check them."""
+    verify = subprocess.run(
+        ["cosign", "verify", "--key", str(public_key), "--insecure-ignore-tlog=true", digest],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert verify.returncode == 0, verify.stderr
+    statement = attestation(digest, public_key, "cyclonedx")
+    assert statement["predicateType"] == "https://cyclonedx.org/bom"
+    assert statement["predicate"] == sbom  # the image's own SBOM
+    provenance = attestation(digest, public_key, "slsaprovenance1")
+    assert provenance["predicateType"] == "https://slsa.dev/provenance/v1"
+    assert provenance["subject"][0]["digest"]["sha256"] == digest.split(":")[-1]
+    build = provenance["predicate"]["buildDefinition"]
+    files = {d.get("name"): d["digest"] for d in build["resolvedDependencies"]}
+    for name in ("Dockerfile", "uv.lock"):
+        assert files[name] == {"sha256": hashlib.sha256((REPO / name).read_bytes()).hexdigest()}, name
+    base = next(d for d in build["resolvedDependencies"] if d.get("uri", "").startswith("docker-image://"))
+    assert f"sha256:{base['digest']['sha256']}" in subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{.Id}} {{.RepoDigests}}", base["uri"].split("//", 1)[1]],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    revision = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=30
+    )
+    assert build["externalParameters"]["source"]["revision"] == revision.stdout.strip()
+    args = build["externalParameters"]["buildArgs"]
+    labels = subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", image],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert args["STACK"] == json.loads(labels)["io.yolo-rig.stack"] and args["VERSION"] == VERSION
+    assert "CA_BUNDLE" not in json.dumps(provenance) and "ca-certificates.crt" not in json.dumps(provenance)
+
+
 @pytest.mark.slow
 @needs_ssh_keygen
-def test_a_published_image_starts_on_a_host_without_python(
-    docker_client: Any, image: str, stack: str, registry: str, tmp_path: Path
+def test_a_published_image_is_signed_and_starts_verified_on_a_host_without_python(
+    docker_client: Any, image: str, stack: str, registry: str, tmp_path: Path, sbom: dict[str, Any]
 ) -> None:
-    """`make push` puts both tags in the registry; with the local tags gone and no Python on the host,
-    `IMAGE=REGISTRY/yolo-rig:VERSION-STACK make up` pulls it, builds nothing, and SSH answers."""
+    """`make push` puts both tags in the registry, signs the digest and attaches the SBOM and the
+    provenance; with the local tags gone and no Python on the host,
+    `IMAGE=REGISTRY/yolo-rig@DIGEST COSIGN_PUBLIC_KEY=... make up` verifies it, pulls it, builds
+    nothing, and SSH answers. The same tag pushed again after a layer change is refused."""
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ssh") is None:
         pytest.skip("needs root and unshare (a mount namespace hides Python), and the OpenSSH client")
+    if shutil.which("cosign") is None:
+        pytest.skip("needs cosign (.ci/provision.sh installs Debian trixie's package)")
     name, tag = image.rsplit(":", 1)
     make_env = {k: v for k, v in os.environ.items() if k not in {"IMAGE", "MAKEFLAGS", "MAKELEVEL"}}
+    make_env["COSIGN_PASSWORD"] = "team secret"  # cosign reads the key's password from it
+    keys = tmp_path / "cosign"
+    subprocess.run(
+        ["cosign", "generate-key-pair", "--output-key-prefix", str(keys)],
+        env=make_env, capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    public_key = keys.with_suffix(".pub")
     push = subprocess.run(
-        ["make", "-s", "push", f"IMAGE={name}", f"TAG={tag}", f"STACK={stack}", f"REGISTRY={registry}"],
-        cwd=REPO, env=make_env, capture_output=True, text=True, timeout=600, check=False,
+        ["make", "-s", "push", f"IMAGE={name}", f"TAG={tag}", f"STACK={stack}", f"REGISTRY={registry}",
+         f"COSIGN_KEY={keys.with_suffix('.key')}"],
+        cwd=REPO, env=make_env, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     if "was built from revision" in push.stdout:
         pytest.skip(f"{image} was not built from this checkout: {push.stdout.strip()}")
     assert push.returncode == 0, push.stdout + push.stderr
-    assert tags(registry) == {stack, f"{VERSION}-{stack}"}
+    assert tags(registry) >= {stack, f"{VERSION}-{stack}"}  # and cosign's sha256-DIGEST.sig/.att
     # Pinned as docs/image.md says: by the digest `make push` printed, which no later push can move.
     pushed = docker_client.images.get(f"{registry}/yolo-rig:{VERSION}-{stack}").attrs["RepoDigests"]
     published = next(d for d in pushed if d.startswith(f"{registry}/yolo-rig@sha256:"))
     assert published in push.stdout, push.stdout
+    assert f"INFO make: signed {published} and attached its SBOM (CycloneDX) and provenance" in push.stdout
+    assert "team secret" not in push.stdout + push.stderr
+    check_signed(published, public_key, image, sbom)
     for t in (stack, f"{VERSION}-{stack}"):
         docker_client.images.remove(f"{registry}/yolo-rig:{t}")
 
@@ -277,10 +347,12 @@ def test_a_published_image_starts_on_a_host_without_python(
         "METRICS_PORT": str(free_port()),
     }
     argv = ["make", "up", f"IMAGE={published}", f"STACK={stack}", "CPU_ONLY=yes", f"ENV_FILE={tmp_path}/env"]
+    argv.append(f"COSIGN_PUBLIC_KEY={public_key}")
     try:
         rc, out, forbidden, calls = run_without_python(tmp_path, argv, env, timeout=600)
         assert forbidden == "", forbidden
         assert rc == 0, out[-4000:]
+        assert f"INFO make: {published} is signed by {public_key}" in out, out[-4000:]
         assert f"docker pull {published}" in calls, calls
         assert docker_client.images.get(published).id == docker_client.images.get(image).id
         # What it runs, named so it can be checked: the digest and the revision it was built from.
@@ -294,6 +366,7 @@ def test_a_published_image_starts_on_a_host_without_python(
         )  # fmt: skip
         assert ssh.returncode == 0, ssh.stderr
         assert ssh.stdout.startswith(f"yolo-rig {VERSION} (stack {stack}, "), ssh.stdout
+        refused_altered_and_tags(docker_client, image, registry, stack, public_key, make_env, tmp_path)
     finally:
         subprocess.run(
             ["docker", "compose", "-p", project, "-f", "compose.yaml", "down", "-v", "-t", "10"],
@@ -301,6 +374,51 @@ def test_a_published_image_starts_on_a_host_without_python(
         )  # fmt: skip
         for ref in (published, *(f"{registry}/yolo-rig:{t}" for t in (stack, f"{VERSION}-{stack}"))):
             subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=60)
+
+
+def refused_altered_and_tags(
+    docker_client: Any,
+    image: str,
+    registry: str,
+    stack: str,
+    public_key: Path,
+    env: dict[str, str],
+    tmp: Path,
+) -> None:
+    """The release's tag pushed again after a layer change (its other layers already there: seconds):
+    `make up` with its digest is one line and starts nothing; a tag cannot be verified at all."""
+    altered = f"{registry}/yolo-rig:{VERSION}-{stack}"
+    docker_client.images.build(
+        fileobj=io.BytesIO(f"FROM {image}\nRUN echo altered > /etc/altered\n".encode()), tag=altered, rm=True
+    )
+    subprocess.run(["docker", "push", "--quiet", altered], capture_output=True, timeout=600, check=True)
+    digest = next(d for d in docker_client.images.get(altered).attrs["RepoDigests"] if d.startswith(registry))
+    project = f"rig-test-altered-{uuid.uuid4().hex[:8]}"
+    try:
+        for ref, expect in (
+            (
+                digest,
+                f"ERROR make: {digest} is not signed by {public_key} (unsigned, altered or another signer's)",
+            ),
+            (altered, f"ERROR make: {altered} is a tag, which can move after it is verified"),
+        ):
+            up = subprocess.run(
+                ["make", "-s", "up", f"IMAGE={ref}", f"STACK={stack}", "CPU_ONLY=yes", f"ENV_FILE={tmp}/env2",
+                 f"COSIGN_PUBLIC_KEY={public_key}"],
+                cwd=REPO, env={**env, "COMPOSE_PROJECT_NAME": project}, capture_output=True, text=True,
+                timeout=300, check=False,
+            )  # fmt: skip
+            lines = (up.stdout + up.stderr).strip().splitlines()
+            assert up.returncode != 0 and lines[0].startswith(expect), lines
+            assert [line for line in lines if not line.startswith("make")] == lines[:1], lines
+            if ref == digest:
+                assert lines[0].endswith("cosign: error during command execution: no signatures found"), lines
+        started = docker_client.containers.list(
+            all=True, filters={"label": f"com.docker.compose.project={project}"}
+        )
+        assert started == []
+    finally:
+        subprocess.run(["docker", "rmi", altered, digest], capture_output=True, timeout=60)
 
 
 def documented_home_move() -> str:

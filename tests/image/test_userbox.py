@@ -4,6 +4,8 @@ in the user's own prefix, and the home folder on its volume, through the real cl
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -11,15 +13,20 @@ from pathlib import Path
 
 import pytest
 import requests
+from rig.yolo import contract
 
 from tests.helpers.containers import Containers, free_port
+from tests.helpers.lock import locked_versions
 from tests.helpers.waiting import wait_until
 from tests.helpers.wheels import make_wheel
 from tests.helpers.workstation import KERNEL_CELL, TERMINAL, Workstation, start, up
+from tools import ultralytics_releases
 
 pytestmark = pytest.mark.image
 
 SITE = "/home/yolo/.local/lib/python3.11/site-packages"
+IMAGE_SITE = "/opt/venv/lib/python3.11/site-packages"
+SETTINGS = "/workspace/.config/Ultralytics/settings.json"
 # What a shell reports: python, rig, GPU variables, the user's import path, who.
 PROBE = (
     'echo "R""ESULT@@$(command -v python)@@$(command -v rig)@@${CUDA_DEVICE_ORDER:-}@@'
@@ -158,6 +165,113 @@ def test_the_user_may_shadow_a_pin_and_the_doctor_says_so(ws: Workstation) -> No
     finally:
         ws.ssh("pip uninstall -y numpy", timeout=120)
     assert ws.ssh("python -c 'import numpy; print(numpy.__version__)'").stdout.strip() == root_numpy
+
+
+# ---- another Ultralytics: refused by the gate, shadowed on request, the user's settings kept -----------
+OTHER = "8.4.100"  # settings schema 0.0.6, which resets a file of the image's schema (0.0.8)
+SEEN = (
+    "python -c 'import os, ultralytics as u; from ultralytics.utils import SETTINGS as s; "
+    'print("SEEN", u.__version__, u.__file__, os.environ["YOLO_CONFIG_DIR"], s["runs_dir"])\''
+)
+
+
+def test_another_ultralytics_is_refused_then_shadowed_and_the_users_settings_survive(ws: Workstation) -> None:
+    pinned = locked_versions("cu121")["ULTRALYTICS_VERSION"]  # every stack locks the same Ultralytics
+    wheels = ws.tmp / "ul"
+    wheels.mkdir()
+    for dist in ("ultralytics", "ultralytics-opencv-headless"):
+        shutil.copy(ultralytics_releases.wheel(OTHER, dist), wheels)
+    make_wheel(wheels, "opencv_python", "4.10.0.84")
+    ws.compose("cp", str(wheels), "workstation:/tmp/ul")
+    ws.exec("chmod -R a+rX /tmp/ul")
+    changed = ws.ssh(
+        f"yolo settings runs_dir=/workspace/mine >/dev/null && sha256sum {SETTINGS}", timeout=120
+    )
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    mine = changed.stdout.split()[0]
+
+    # The same module under another name, from a wheel, the index's name, or the desktop OpenCV.
+    for command, twin in (
+        (
+            f"pip install --no-index /tmp/ul/ultralytics-{OTHER}-py3-none-any.whl",
+            "ultralytics-opencv-headless",
+        ),
+        (f"pip install --no-index --find-links /tmp/ul ultralytics=={OTHER}", "ultralytics-opencv-headless"),
+        ("pip install --no-index --find-links /tmp/ul opencv-python", "opencv-python-headless"),
+    ):
+        refused = ws.ssh(command, timeout=120)
+        out = (refused.stdout + refused.stderr).strip().splitlines()
+        errors = [line for line in out if line.startswith("ERROR")]
+        assert refused.returncode == 1 and len(errors) == 1, out
+        assert f"would replace the image's pinned {twin}==" in errors[0], errors
+        assert f"RIG_PIP_UNPINNED=1 pip install {twin}==VERSION" in errors[0], errors  # the headless twin
+    assert "ultralytics" not in ws.ssh(f"ls {SITE}").stdout
+
+    # With the override: the headless one, the image's other packages serve it (no index needed).
+    headless = f"ultralytics-opencv-headless=={OTHER}"
+    forced = ws.ssh(f"RIG_PIP_UNPINNED=1 pip install --no-index --find-links /tmp/ul {headless}", timeout=180)
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    try:
+        # python, then `yolo settings`: that Ultralytics reads a file of its schema, seeded from the user's.
+        used = ws.ssh(f"{SEEN} && yolo settings && sha256sum {SETTINGS}", timeout=180)
+        out = used.stdout + used.stderr
+        assert used.returncode == 0, out
+        theirs = "/workspace/.config/Ultralytics-schema-0.0.6"
+        assert f"SEEN {OTHER} {SITE}/ultralytics/__init__.py {theirs} /workspace/mine" in out, out
+        said = [line for line in out.splitlines() if line.startswith("INFO settings:")]
+        assert (
+            len(said) == 1
+            and f"Ultralytics {OTHER} ({SITE}/ultralytics) reads settings schema 0.0.6" in said[0]
+        )
+        assert f"{theirs}/Ultralytics/settings.json" in out and '"runs_dir": "/workspace/mine"' in out, out
+        assert "settings reset" not in out and "WARNING" not in out, out
+        assert f"{mine}  {SETTINGS}" in out, out  # the user's file, byte for byte
+        # A notebook's kernel imports it too, with the same settings.
+        cell = kernel(
+            ws,
+            f"import ultralytics; assert ultralytics.__version__ == '{OTHER}', ultralytics.__file__\n"
+            "from ultralytics.utils import SETTINGS as s; assert s['runs_dir'] == '/workspace/mine', s",
+        )
+        assert "REPLY ok" in cell, cell
+        # rig names it, where it comes from and the image's it shadows.
+        version = ws.ssh("rig --version", timeout=60).stdout
+        assert f", ultralytics {OTHER}, " in version, version
+        assert version.rstrip().endswith(
+            f"(ultralytics from {SITE}/ultralytics, not the image's {pinned} from {IMAGE_SITE}/ultralytics)"
+        ), version
+        doctor = ws.ssh("rig doctor --json", timeout=180).stdout
+        checks = {c["name"]: c for c in json.loads(doctor[doctor.index("{") :])["checks"]}
+        ultralytics = checks["ultralytics"]
+        assert ultralytics["status"] == "warn", ultralytics
+        assert (
+            f"import ultralytics {OTHER} ({SITE}/ultralytics, ultralytics-opencv-headless)"
+            in ultralytics["detail"]
+        )
+        assert f"not the image's ultralytics {pinned} ({IMAGE_SITE}/ultralytics" in ultralytics["detail"]
+        assert (
+            f"ultralytics_opencv_headless {OTHER} over the image's {pinned}"
+            in checks["user packages"]["detail"]
+        )
+        # rig train checks the Ultralytics its ranks import (the user's), before any data is read.
+        trained = ws.ssh("rig train device=cpu data=/nowhere/data.yaml epochs=1", timeout=120)
+        lines = (trained.stdout + trained.stderr).strip().splitlines()
+        window = f"rig is tested with Ultralytics {contract.WINDOW.oldest} to {pinned}"
+        assert trained.returncode == 2 and len(lines) == 1 and "Traceback" not in lines[0], lines
+        assert (
+            lines[0].startswith(
+                f"ERROR rig: rig train: Ultralytics {OTHER} (imported from {SITE}/ultralytics) is older than"
+            )
+            and window in lines[0]
+        ), lines
+    finally:
+        ws.ssh("pip uninstall -y ultralytics-opencv-headless", timeout=120)
+    # The image's Ultralytics again, with the user's settings as they were.
+    back = ws.ssh(f"{SEEN} && sha256sum {SETTINGS}", timeout=180)
+    out = back.stdout + back.stderr
+    assert f"SEEN {pinned} {IMAGE_SITE}/ultralytics/__init__.py /workspace/.config /workspace/mine" in out, (
+        out
+    )
+    assert f"{mine}  {SETTINGS}" in out and "WARNING" not in out, out
 
 
 # ---- VS Code Remote-SSH: it forwards TCP to a server it starts as yolo on the container's loopback ---

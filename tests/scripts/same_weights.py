@@ -1,5 +1,6 @@
 """Whether two checkpoints (argv[1], argv[2]) hold the same weights bit for bit: their model and EMA
-tensors, and rig's own fp32 weights where both have them. One JSON line {part: [differing, total]}."""
+tensors, and rig's own fp32 weights and EMA where both have them. One JSON line {part: [differing,
+total]}."""
 
 import json
 import sys
@@ -15,7 +16,8 @@ for part in ("model", "ema"):
     assert sa.keys() == sb.keys(), part
     out[part] = [sum(not torch.equal(sa[k], sb[k]) for k in sa), len(sa)]
 ra, rb = a.get("rig_resume") or {}, b.get("rig_resume") or {}
-if ra and rb:
-    ma, mb = ra["model"], rb["model"]
-    out["rig_resume.model"] = [sum(not torch.equal(ma[k], mb[k]) for k in ma), len(ma)]
+for part in ("model", "ema"):
+    if ra.get(part) is not None and rb.get(part) is not None:
+        ma, mb = ra[part], rb[part]
+        out[f"rig_resume.{part}"] = [sum(not torch.equal(ma[k], mb[k]) for k in ma), len(ma)]
 print(json.dumps(out))

@@ -1,6 +1,7 @@
 """tools/gpu_check.py: each run measured from its telemetry rows after the first epoch, the targets for
-YOLO11n from ours and stock, and each part's figures appended to results.jsonl and summary.txt from
-what the check left (run folders and logs, the probes' lines, rig bench's JSON, a stop's two logs)."""
+YOLO11n and YOLO26n from ours and stock, and each part's figures appended to results.jsonl and
+summary.txt from what the check left (run folders and logs, the probes' lines, rig bench's JSON, a
+stop's two logs), each with its model."""
 
 from __future__ import annotations
 
@@ -77,43 +78,62 @@ def test_the_targets(
         and t["gpu_busy_pct"]["target"] == 90
     )
     assert check.targets(None, None)["img_s"] == {"value": None, "target": 1500.0, "met": None}
+    # YOLO26n: 3x stock and the GPU busy, no images/s target.
+    assert set(check.targets(ours, stock, None)) == {"ratio_vs_stock", "gpu_busy_pct"}
+    assert check.IMG_S_TARGETS == {"yolo11n": 1500.0}
 
 
 def _results(out: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
 
-def test_the_runs_are_read_from_their_folders_and_logs(tmp_path: Path) -> None:
-    work, out = tmp_path / "work", tmp_path / "out"
-    out.mkdir()
+def _pair(work: Path, model: str, optimizer: str) -> None:
     for name, batch, step_s in (("ours", 64, 0.04), ("stock", 16, 0.06)):
-        run = work / "runs" / name
+        run = work / "runs" / f"{name}-{model}"
         run.mkdir(parents=True)
-        (run / "args.yaml").write_text(f"task: detect\nbatch: {batch}\nepochs: 3\nimgsz: 640\n")
+        (run / "args.yaml").write_text(
+            f"task: detect\nbatch: {batch}\nepochs: 3\nimgsz: 640\noptimizer: {optimizer}\n"
+        )
         rows = _rows([(0, 0.0, 0.0, 0.0)] + [(5, 5 * step_s, 0.0, 92.0)] * 6)
         header = list(rows[0])
         lines = [",".join(header)] + [",".join(r[k] for k in header) for r in rows]
         (run / "telemetry.csv").write_text("\n".join(lines) + "\n")
-    (work / "ours.log").write_text(
+
+
+def test_the_runs_are_read_from_their_folders_and_logs_each_models_pair_apart(tmp_path: Path) -> None:
+    work, out = tmp_path / "work", tmp_path / "out"
+    out.mkdir()
+    _pair(work, "yolo11n", "auto")
+    _pair(work, "yolo26n", "MuSGD")
+    (work / "ours-yolo11n.log").write_text(
         "INFO launch: batch from the GPUs' memory: skipped\n"
         "INFO launch: batch=64: NVIDIA H200 has 139.0 GiB free; bounded by nbs=64\n"
         'PEAK {"pid": 1, "rss_mib": 900}\nPEAK {"pid": 2, "rss_mib": 3000, "reserved_mib": 20480.0}\n'
     )
-    result = check.runs(out, work, images=320)  # 5 steps an epoch at 64, 20 at 16
-    assert result["gpu_busy_pct"]["met"] is True
-    rows = {r.get("name"): r for r in _results(out)}
+    result = check.runs(out, work, 320, "yolo11n", "yolo11n.yaml", "")  # 5 steps an epoch at 64, 20 at 16
+    assert result["gpu_busy_pct"]["met"] is True and "img_s" in result
+    rows = {r.get("run"): r for r in _results(out) if r.get("run")}
     ours, stock = rows["ours"], rows["stock"]
     assert ours["steps"] == 25 and stock["steps"] == 10  # stock's first epoch is 20 steps: 4 rows
+    assert ours["model"] == "yolo11n" and ours["optimizer"] == "auto"
     assert ours["batch_reason"] == "batch=64: NVIDIA H200 has 139.0 GiB free; bounded by nbs=64"
     assert ours["torch_peak"]["reserved_mib"] == 20480.0 and stock["torch_peak"] == {}
     summary = (out / "summary.txt").read_text()
-    assert "runs: ours: batch 64, 25 steps measured" in summary and "torch 20480 MiB reserved" in summary
-    assert "target img_s:" in summary and "target ratio_vs_stock:" in summary
+    assert "runs: ours yolo11n (yolo11n.yaml): batch 64, optimizer auto, 25 steps measured" in summary
+    assert "torch 20480 MiB reserved" in summary
+    assert "target img_s yolo11n:" in summary and "target ratio_vs_stock yolo11n:" in summary
+    # YOLO26n's pair, from its own folders and logs (none here: no batch line), with MuSGD named.
+    result = check.runs(out, work, 320, "yolo26n", "yolo26n.yaml", "optimizer=MuSGD")
+    assert set(result) == {"ratio_vs_stock", "gpu_busy_pct"}
+    summary = (out / "summary.txt").read_text()
+    assert "runs: ours yolo26n (yolo26n.yaml, optimizer=MuSGD): batch 64, optimizer MuSGD" in summary
+    assert "no batch line" in summary and "target ratio_vs_stock yolo26n:" in summary
+    assert "target img_s yolo26n" not in summary
     # A run that left nothing: said, and no targets.
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert check.runs(empty, tmp_path / "none", images=320) == {}
-    assert "stock: no telemetry.csv" in (empty / "summary.txt").read_text()
+    assert check.runs(empty, tmp_path / "none", 320, "yolo26n", "yolo26n.yaml", "") == {}
+    assert "stock yolo26n (yolo26n.yaml): no telemetry.csv" in (empty / "summary.txt").read_text()
 
 
 def test_the_tail_separates_affine_from_perspective_and_times_each_half(tmp_path: Path) -> None:
@@ -154,7 +174,7 @@ def test_the_tail_separates_affine_from_perspective_and_times_each_half(tmp_path
     assert check.tail(tmp_path, log) == 1
 
 
-def test_the_levers_keep_each_ones_losses(tmp_path: Path) -> None:
+def test_the_levers_keep_each_ones_losses_the_optimizers_share_and_bf16(tmp_path: Path) -> None:
     bench = tmp_path / "bench.json"
     lever = {
         "name": "cuda_graphs",
@@ -164,24 +184,33 @@ def test_the_levers_keep_each_ones_losses(tmp_path: Path) -> None:
         "note": None,
         "losses": [3.0, 2.9],
     }
+    bf16 = {"name": "bf16", "img_s": None, "gain": None, "equal": None, "note": "no native bfloat16"}
     step = {
         "eager_img_s": 700.0,
         "batch": 64,
         "amp_noise": 0.01,
         "equal_steps": 2,
         "eager_losses": [3.0, 2.91],
-        "levers": [lever],
+        "levers": [lever, bf16],
         "chosen": ["cuda_graphs"],
         "chosen_img_s": 980.0,
+        "optimizer": "MuSGD",
+        "optimizer_step_ms": 62.2,
+        "optimizer_share": 0.61,
     }
-    bench.write_text(json.dumps({"device": "NVIDIA H200", "step": step}))
-    assert check.levers(tmp_path, bench) == 0
+    bench.write_text(json.dumps({"device": "NVIDIA H200", "step": step, "bottleneck": "optimizer"}))
+    assert check.levers(tmp_path, bench, "yolo26n", "cuda_graphs,bf16") == 0
     rows = {r["lever"]: r for r in _results(tmp_path) if "lever" in r}
     assert rows["eager"]["losses"] == [3.0, 2.91] and rows["cuda_graphs"]["losses"] == [3.0, 2.9]
+    assert rows["eager"]["optimizer"] == "MuSGD" and rows["eager"]["model"] == "yolo26n"
     summary = (tmp_path / "summary.txt").read_text()
-    assert (
-        "cuda_graphs on: x1.40 of off, losses equal" in summary and "would switch on: cuda_graphs" in summary
-    )
+    assert "yolo26n: cuda_graphs on: x1.40 of off, losses equal" in summary
+    assert "yolo26n: amp=bf16 against fp16: not measured of off (no native bfloat16)" in summary
+    assert "with MuSGD, its step 62.2 ms alone, 61 % of the train step" in summary
+    assert "bottleneck optimizer" in summary and "yolo26n: rig train would switch on: cuda_graphs" in summary
+    # A lever asked for that the bench did not measure fails the part, saying which.
+    assert check.levers(tmp_path, bench, "yolo26n", "channels_last,bf16") == 1
+    assert "yolo26n: MISSING from the bench: channels_last" in (tmp_path / "summary.txt").read_text()
 
 
 STOPPED = "INFO trainer: stop: /w/runs/e/weights/last.pt continues at epoch 1/3 at batch 3/8 (1.9 s)\n"
@@ -210,11 +239,18 @@ def test_a_stop_counts_when_it_saved_where_asked_and_resume_continued_there(
     (tmp_path / "stop.log").write_text(stopped)
     (tmp_path / "resumed.log").write_text(resumed)
     got = check.stop(
-        tmp_path, "epoch-stop", rc, " at batch ", rc2, tmp_path / "stop.log", tmp_path / "resumed.log"
+        tmp_path,
+        "epoch-stop",
+        rc,
+        " at batch ",
+        rc2,
+        tmp_path / "stop.log",
+        tmp_path / "resumed.log",
+        "yolo26n",
     )
     assert got == (0 if ok else 1)
     (row,) = _results(tmp_path)
-    assert row["ok"] is ok and row["rc"] == rc
+    assert row["ok"] is ok and row["rc"] == rc and row["model"] == "yolo26n"
     assert ("FAILED" in (tmp_path / "summary.txt").read_text()) is not ok
 
 

@@ -308,3 +308,76 @@ def test_make_up_of_a_pinned_digest_pulls_it_and_names_its_digest_and_revision(m
     assert f"docker pull {image}" in calls, calls
     (line,) = [c for c in calls if "INFO image:" in c]
     assert line.endswith(f" {image}") and "RepoDigests" in line and "image.revision" in line, line
+
+
+COSIGN = """#!/bin/sh
+echo "cosign $*" >>"$DOCKER_LOG"
+if [ -n "$STUB_COSIGN_FAIL" ]; then
+  echo "WARNING: Skipping tlog verification is an insecure practice" >&2
+  echo "Error: no signatures found" >&2
+  echo "error during command execution: no signatures found" >&2
+  exit 10
+fi
+exit 0
+"""
+
+
+def test_a_published_image_is_verified_before_it_runs_and_refused_in_one_line(make: Make) -> None:
+    (make.bin / "cosign").write_text(COSIGN)
+    (make.bin / "cosign").chmod(0o755)
+    pinned = "127.0.0.1:5000/yolo-rig@sha256:" + "a" * 64
+    key = "COSIGN_PUBLIC_KEY=/keys/cosign.pub"
+    refused = make("up", f"IMAGE={pinned}", "CPU_ONLY=yes", key, env={"STUB_COSIGN_FAIL": "1"})
+    assert refused.returncode == 2
+    assert refused.stdout.splitlines() == [
+        f"ERROR make: {pinned} is not signed by /keys/cosign.pub (unsigned, altered or another signer's); "
+        "cosign: error during command execution: no signatures found"
+    ]
+    calls = make.calls()
+    assert calls == [f"cosign verify --key /keys/cosign.pub --insecure-ignore-tlog=true {pinned}"], calls
+    # A tag could move between the check and the pull: refused before anything is asked.
+    make.log.unlink()
+    tag = make("train", "IMAGE=127.0.0.1:5000/yolo-rig:0.2.0-cu121", key)
+    assert tag.returncode == 2 and "is a tag, which can move after it is verified" in tag.stdout
+    assert make.calls() == []
+    # Signed: verified, then pulled and started as before; keyless with an identity, Rekor checked.
+    verified = make("up", f"IMAGE={pinned}", "CPU_ONLY=yes", key, env={"STUB_IMAGE_MISSING": "1"})
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"INFO make: {pinned} is signed by /keys/cosign.pub" in verified.stdout
+    assert make.calls()[0].startswith("cosign verify") and f"docker pull {pinned}" in make.calls()
+    make.log.unlink()
+    identity = "COSIGN_IDENTITY=^https://github.com/o/r/.github/workflows/release.yml@refs/tags/v"
+    assert make("up", f"IMAGE={pinned}", "CPU_ONLY=yes", identity).returncode == 0
+    assert make.calls()[0] == (
+        "cosign verify --certificate-identity-regexp ^https://github.com/o/r/.github/workflows/release.yml@refs/tags/v"
+        f" --certificate-oidc-issuer https://token.actions.githubusercontent.com {pinned}"
+    )
+
+
+def test_push_says_when_it_signs_nothing_and_never_pushes_with_a_stale_provenance(
+    make: Make, tmp_path: Path
+) -> None:
+    (revision,) = make.show("GIT_REVISION")
+    env = {"STUB_REVISION": revision}
+    result = make("push", "REGISTRY=127.0.0.1:5000/team", f"SBOM_DIR={tmp_path}", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is not signed: give COSIGN_KEY" in result.stdout.splitlines()[-1]
+    # With a key: the provenance must be this image's (make build writes it), else nothing is pushed.
+    (tmp_path / "yolo-rig-0.2.0-cu121.provenance.json").write_text('{\n  "imageId": "sha256:other"\n}\n')
+    make.log.unlink()
+    stale = make(
+        "push", "REGISTRY=127.0.0.1:5000/team", f"SBOM_DIR={tmp_path}", "COSIGN_KEY=/k/cosign.key", env=env
+    )
+    assert stale.returncode == 2
+    assert (
+        "provenance.json is not yolo-rig:cu121's provenance; run make build STACK=cu121 again" in stale.stdout
+    )
+    assert not [c for c in make.calls() if c.startswith("docker push")]
+    missing = make(
+        "push",
+        "REGISTRY=127.0.0.1:5000/team",
+        f"SBOM_DIR={tmp_path}/none",
+        "COSIGN_KEY=/k/cosign.key",
+        env=env,
+    )
+    assert missing.returncode == 2 and "is not yolo-rig:cu121's provenance" in missing.stdout

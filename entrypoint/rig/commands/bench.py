@@ -11,8 +11,9 @@ from typing import Any
 from rig import log
 from rig.launch import steplevers
 from rig.observe.bench import BenchOptions, compile_blocker, format_table, run_bench
-from rig.observe.bench.results import PARTS
-from rig.yolo import ultra
+from rig.observe.bench.results import MEASURED, PARTS
+from rig.observe.bench.step import OPTIMIZERS
+from rig.yolo import contract, ultra, ultracheck
 
 _logger = log.get("bench")
 
@@ -32,6 +33,7 @@ def _with_stdout_on_stderr(fn: Any, *args: Any) -> Any:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    ultracheck.check_at_start("rig bench", needs=contract.BENCH)  # before any data is read
     opts = BenchOptions(
         data=args.data,
         model=args.model,
@@ -50,6 +52,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         equal_steps=args.equal_steps,
         parts=tuple(args.parts),
         record=args.record,
+        optimizer=args.optimizer,
     )
     if opts.compile and (note := compile_blocker()):
         _logger.warning("compile: %s", note)
@@ -80,9 +83,16 @@ def _positive(text: str) -> int:
 
 def _levers(text: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names or any(n not in steplevers.LEVERS for n in names):
-        raise argparse.ArgumentTypeError(f"{text!r}: give some of {','.join(steplevers.LEVERS)}")
+    if not names or any(n not in MEASURED for n in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: give some of {','.join(MEASURED)}")
     return names
+
+
+def _optimizer(text: str) -> str:
+    found = {name.lower(): name for name in OPTIMIZERS}.get(text.strip().lower())
+    if found is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one of Ultralytics' {','.join(OPTIMIZERS)}")
+    return found
 
 
 def _parts(text: str) -> list[str]:
@@ -125,10 +135,17 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--levers",
         type=_levers,
-        default=list(steplevers.LEVERS),
+        default=list(MEASURED),
         metavar="LIST",
         help="the step with each of these levers against eager, comma-separated (default all: "
-        f"{','.join(steplevers.LEVERS)}; rig train follows what it measures)",
+        f"{','.join(MEASURED)}; rig train follows what it measures of {','.join(steplevers.LEVERS)}; "
+        "bf16 is Ultralytics' amp=bf16 against fp16, yours to give)",
+    )
+    p.add_argument(
+        "--optimizer",
+        type=_optimizer,
+        help="the step's optimizer, one of Ultralytics' (default: the model's recipe, MuSGD for YOLO26 "
+        "and SGD otherwise); the real runs train with it too",
     )
     p.add_argument("--no-levers", dest="levers", action="store_const", const=[], help="the eager step alone")
     p.add_argument(

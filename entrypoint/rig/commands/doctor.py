@@ -9,12 +9,17 @@ import argparse
 from typing import Any
 
 from rig.observe import doctor, doctor_gather
-from rig.yolo import ultra
+from rig.yolo import ultra, ultracheck
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     facts = doctor_gather.gather(
-        data=args.data, bench=args.bench, gpus=args.gpus, batch=args.batch, imgsz=args.imgsz
+        data=args.data,
+        bench=args.bench,
+        gpus=args.gpus,
+        batch=args.batch,
+        imgsz=args.imgsz,
+        turned_off=ultracheck.turned_off,
     )
     checks = doctor.run_checks(facts)
     print(doctor.render_json(checks) if args.json else doctor.render_text(checks))

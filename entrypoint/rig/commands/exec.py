@@ -3,8 +3,11 @@
 Started as root it gives user yolo the ids in RIG_UID/RIG_GID, applies the GPU environment and the
 proxy's (rig.proxyenv), and
 runs CMD as yolo, except `rig serve` (sshd needs root; it drops privileges for its services) and
-RIG_USER=root. Started as another user (`docker run --user`), it execs CMD as that user. Before the
-exec, as the user, Ultralytics' settings are seeded into the user's folder (rig.yolo.settings).
+RIG_USER=root. Started as another user (`docker run --user`, Apptainer), it execs CMD as that user.
+Before the exec, as the user, Ultralytics' settings are seeded into the user's folder
+(rig.yolo.settings), and where the image's folders are read-only (Apptainer) the places the command
+writes move to the user's own (rig.places). Where the runtime passed the host's environment in
+(Apptainer), the host's variables that would break the image are dropped first (rig.hostenv).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rig import log, paths, proxyenv
+from rig import hostenv, log, paths, places, proxyenv
 from rig.errors import RigError
 from rig.launch import gpuenv
 from rig.userids import UID_ENV
@@ -57,7 +60,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise RigError("rig exec: no command given; usage: rig exec -- COMMAND [ARG...]")
-    env = gpuenv.updated(os.environ)  # the GPU variables; the user's own values win
+    cleaned = hostenv.cleaned(os.environ)  # Apptainer: the host's PYTHONPATH & co. would break the image
+    if cleaned.dropped:
+        _logger.warning("%s", hostenv.line(cleaned.dropped))
+    env = gpuenv.updated(cleaned.env)  # the GPU variables; the user's own values win
     env = proxyenv.updated(env, proxyenv.prepare_bundle())  # a corporate proxy and its CA, if given
     user = env.get("RIG_USER", "").strip()
     if user not in ("", users.USER, "root"):
@@ -80,6 +86,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
         )
     if not is_serve(command):  # rig serve seeds them for its services, as yolo (workspace.prepare)
         env = settings.prepared_environ(env, root=os.geteuid() == 0)
+        if os.geteuid() != 0:
+            env, lines = places.prepared(env, os.geteuid())
+            for level, text in lines:
+                _logger.log(level, "%s", text)
     try:
         os.execvpe(command[0], command, env)
     except FileNotFoundError:

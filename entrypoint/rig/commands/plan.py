@@ -9,11 +9,13 @@ from rig import log
 from rig.commands.options import add_topology_options, topology
 from rig.hardware import choice
 from rig.launch import binding, job
+from rig.yolo import ultracheck
 
 _logger = log.get("launch")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    ultracheck.check_at_start("rig plan")  # what the plan's training would run with
     topo = topology(args)
     if not topo.gpus and args.gpus is None:
         _logger.info("no GPU visible: showing the CPU-only plan for one process")

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rig import log, paths, userids
+from rig import hostenv, log, paths, userids
 from rig.errors import RigError
 from rig.workstation import home, serveconfig, services, sessionenv, sshd, urls, users, workspace
 from rig.workstation.supervisor import SESSION_GRACE_ENV, Policy, Supervisor, install_signal_handlers
@@ -57,7 +57,18 @@ def fresh_runtime_dir(path: Path, ids: users.Ids) -> None:
         os.close(fd)
 
 
+# Apptainer starts everything as the calling user: sshd cannot run, the work itself can.
+UNDER_APPTAINER = (
+    "rig serve (sshd, JupyterLab, TensorBoard) cannot run under Apptainer, which starts everything as "
+    "you, uid {uid}: run the work itself, `apptainer run --nv IMAGE rig train ...`, or a Jupyter server "
+    "of your own on a port of yours, `apptainer run IMAGE jupyter lab --no-browser --port 8899` "
+    "(docs/training.md, Apptainer)"
+)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0 and hostenv.passes_host_env(os.environ):
+        raise RigError(UNDER_APPTAINER.format(uid=os.geteuid()))
     if os.geteuid() != 0:
         raise RigError(
             "rig serve must start as root (sshd needs it; the services run as user yolo); remove `--user` "

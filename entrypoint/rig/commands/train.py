@@ -14,10 +14,11 @@ from typing import Any
 from rig import log
 from rig.commands.options import add_topology_options, topology
 from rig.launch import hangup, job, trainplan
-from rig.yolo import hostdata
+from rig.yolo import hostdata, ultracheck
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    ultracheck.check_at_start("rig train")  # the Ultralytics the ranks will import, before any data is read
     launch = trainplan.plan_train(
         hostdata.resolve_args(args.args),
         gpus=args.gpus,

@@ -16,6 +16,12 @@ NO_GPU = (
     "container toolkit on the host (nvidia-ctk runtime configure --runtime=docker); or train on the "
     "CPU with device=cpu"
 )
+# Apptainer binds the host's /dev, so the GPUs' device files are there; the driver's libraries come
+# only with --nv (or --nvccli).
+NO_DRIVER = (
+    "{n} GPU(s) are on this machine but this container has no NVIDIA driver libraries to use them: "
+    "start it with `apptainer run --nv` (or `apptainer exec --nv`), or train on the CPU with device=cpu"
+)
 
 
 def parse_gpus(spec: str | None, option: str = "--gpus") -> Choice:
@@ -58,7 +64,7 @@ def select_gpus(choice: Choice, topology: Topology) -> list[int]:
     choice asks for more than there are."""
     visible = len(topology.gpus)
     if visible == 0:
-        raise RigError(NO_GPU)
+        raise RigError(NO_DRIVER.format(n=topology.without_driver) if topology.without_driver else NO_GPU)
     names = ", ".join(f"{g.index}={g.bus_id}" for g in topology.gpus)
     if isinstance(choice, int) and choice > visible:
         raise RigError(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rig import hostenv
 from rig.errors import RigError
 from rig.hardware import nvml
 
@@ -45,6 +46,9 @@ class Topology:
     # Physical cores as groups of hardware threads, so ranks never split one core between them.
     cores: tuple[frozenset[int], ...] = ()
     source: str = "sysfs"  # where the GPU list came from: nvml, sysfs or given
+    # GPUs whose device files this container has without the driver's libraries (Apptainer binds
+    # the host's /dev; only `--nv` brings the libraries): none of them can run CUDA here.
+    without_driver: int = 0
 
 
 def parse_cpulist(text: str) -> frozenset[int]:
@@ -247,6 +251,7 @@ def read_topology(
     allowed = _allowed_cpus(sysfs, live, all_cpus)
 
     source = "given"
+    without_driver = 0
     if gpu_bus_ids is not None:
         buses = [normalize_bus_id(b) for b in gpu_bus_ids]
         if len(set(buses)) != len(buses):
@@ -259,6 +264,9 @@ def read_topology(
         else:
             source = "sysfs"
             found_buses = _with_device_node(fs_root, _sysfs_gpus(sysfs))
+            if live and found_buses and hostenv.passes_host_env(env):
+                # The host's /dev, bound in by Apptainer, without --nv's driver libraries (no NVML).
+                without_driver, found_buses = len(found_buses), []
             buses = apply_visible_devices(found_buses, env.get("CUDA_VISIBLE_DEVICES"))
 
     gpus: list[Gpu] = []
@@ -280,4 +288,5 @@ def read_topology(
         node_cpus=nodes,
         cores=_cores(sysfs, allowed),
         source=source,
+        without_driver=without_driver,
     )

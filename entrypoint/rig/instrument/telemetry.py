@@ -32,6 +32,7 @@ from rig import flags, log, rankenv
 from rig.errors import RigError
 from rig.hardware.nvml import GPU_FIELDS, GpuInfo, Nvml, describe_error
 from rig.hardware.topology import apply_visible_devices, normalize_bus_id
+from rig.yolo import contract
 
 LOG = log.get("telemetry")
 
@@ -407,22 +408,22 @@ class Recorder:
         return self.summary
 
     # Ultralytics callbacks: each receives the trainer. A telemetry failure must not end the training.
-    def on_train_start(self, trainer: Any) -> None:
+    def on_train_start(self, trainer: contract.Trainer) -> None:
         try:
-            self.start(self.run_dir if self._fixed_dir else getattr(trainer, "save_dir", None))
+            self.start(self.run_dir if self._fixed_dir else trainer.save_dir)
         except Exception as e:  # an unwritable run directory, a full disk...
             LOG.info("telemetry off for this run (%s); the run goes on", describe_error(e))
 
-    def on_train_epoch_start(self, trainer: Any) -> None:
+    def on_train_epoch_start(self, trainer: contract.Trainer) -> None:
         self.timer.epoch_start()
 
-    def on_train_batch_start(self, trainer: Any) -> None:
+    def on_train_batch_start(self, trainer: contract.Trainer) -> None:
         self.timer.batch_start()
 
-    def on_train_batch_end(self, trainer: Any) -> None:
+    def on_train_batch_end(self, trainer: contract.Trainer) -> None:
         self.timer.batch_end()
 
-    def on_train_end(self, trainer: Any) -> None:
+    def on_train_end(self, trainer: contract.Trainer) -> None:
         try:
             self.stop()
         except Exception as e:
@@ -440,13 +441,15 @@ class Recorder:
         }
 
 
-def attach(model_or_trainer: Any, run_dir: Path | str | None = None, **kwargs: Any) -> Recorder:
+def attach(
+    model_or_trainer: contract.Callbacks, run_dir: Path | str | None = None, **kwargs: Any
+) -> Recorder:
     """Record telemetry for the next `train()` of an Ultralytics model (or a trainer).
 
     Without run_dir the trainer's save_dir (e.g. runs/detect/train-3) is used.
     """
     log.setup()
-    add = getattr(model_or_trainer, "add_callback", None)
+    add = getattr(model_or_trainer, "add_callback", None)  # a wrong object is a line, not a traceback
     if not callable(add):
         raise RigError(
             f"telemetry.attach() needs an Ultralytics model or trainer, got {type(model_or_trainer).__name__}"

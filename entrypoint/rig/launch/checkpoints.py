@@ -3,20 +3,17 @@
 Ultralytics writes each checkpoint with `Path.write_bytes` (its `save_model`) or `torch.save` to the
 path itself (`strip_optimizer`, the end-of-training rewrite of last.pt and best.pt), which truncate
 the file and then write it: a SIGKILL in between (torchrun's or Docker's at the end of the stop
-grace, an OOM kill) leaves a truncated file, and `resume=True` has nothing to resume. Every save of
-rig's trainer (`save`: its epoch ends, stops and periodic checkpoints; `atomic_strip`: the end of
-training) goes through a temporary file in the same folder, fsync, rename over the old one: a kill
-leaves the old checkpoint or the new one.
+grace, an OOM kill) leaves a truncated file, and `resume=True` has nothing to resume. Every write of
+rig's trainer (`write`: what Ultralytics' save_model writes, through rig.yolo.trainer.saves;
+`atomic_strip`: the end of training) goes through a temporary file in the same folder, fsync,
+rename over the old one: a kill leaves the old checkpoint or the new one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 import os
 import secrets
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -40,23 +37,11 @@ def remove_leftovers(folder: Path) -> list[str]:
     return removed
 
 
-def save(ckpt: Any, paths: Sequence[Path], dump: Callable[[Any, BinaryIO], object] | None = None) -> None:
-    """ckpt serialised once (torch.save unless `dump`, streamed: no copy of a large checkpoint in
-    memory) into the first path, then copied under the others; each replaced atomically."""
-    if dump is None:
-        dump = importlib.import_module("torch").save
-    first, *others = [Path(p) for p in paths]
-    remove_leftovers(first.parent)
-    safefs.write_file(first, functools.partial(dump, ckpt), _file_mode())
-    for other in others:
-        # A copy, never a second name for the file: a tool that rewrites one in place (Ultralytics'
-        # strip_optimizer, by hand) must not change the other.
-        safefs.write_file(other, functools.partial(_copy_into, first), _file_mode())
-
-
-def _copy_into(source: Path, out: BinaryIO) -> None:
-    with source.open("rb") as f:
-        shutil.copyfileobj(f, out, 1 << 20)
+def write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> None:
+    """A checkpoint file written atomically in the run's file mode: its bytes, or what `data` writes
+    into the open file; the leftovers of saves killed half-way go first."""
+    remove_leftovers(path.parent)
+    safefs.write_file(path, data, _file_mode())
 
 
 def atomic_strip(

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import sys
 from collections.abc import Iterator
 from typing import Any
 
-from rig.yolo import ultra
+from rig.yolo import contract, ultra
 
 
 def cpu_ddp_class(base: type) -> type:
@@ -93,37 +92,33 @@ def _on_cpu(**kwargs: Any) -> dict[str, Any]:
 @contextlib.contextmanager
 def setup_train() -> Iterator[None]:
     """Around the trainer's `_setup_train`: the DDP wrap of a CPU model."""
-    parallel: Any = importlib.import_module("torch.nn.parallel")
-    original = parallel.DistributedDataParallel
-    parallel.DistributedDataParallel = cpu_ddp_class(original)
-    try:
+    parallel = ultra.torch_parallel()
+    with ultra.swapped(
+        contract.TorchParallel,
+        parallel,
+        DistributedDataParallel=cpu_ddp_class(parallel.DistributedDataParallel),
+    ):
         yield
-    finally:
-        parallel.DistributedDataParallel = original
 
 
 @contextlib.contextmanager
-def validation(validator: Any) -> Iterator[None]:
-    """Around a validation pass on CPU ranks: collectives through GlooDist in every module of the
-    validator's class that holds torch.distributed, the final validation's model on the CPU."""
-    engine: Any = ultra.validator_engine()
+def validation(validator: contract.Validator) -> Iterator[None]:
+    """Around a validation pass on CPU ranks: collectives through GlooDist in the validator's module
+    and the task's validation modules (their `dist`), the final validation's model on the CPU."""
+    engine = ultra.engine_validator()
     dist = engine.dist
-    modules: set[Any] = {engine} | {
-        sys.modules[c.__module__] for c in type(validator).__mro__ if c.__module__ in sys.modules
-    }
-    kept = [(m, "dist", dist) for m in modules if getattr(m, "dist", None) is dist]
     autobackend = engine.AutoBackend
-    kept += [
-        (engine, "get_torch_device_backend", engine.get_torch_device_backend),
-        (engine, "AutoBackend", autobackend),
-    ]
-    for module, name, _ in kept:
-        if name == "dist":
-            module.dist = GlooDist(dist)
-    engine.get_torch_device_backend = lambda _device: _CpuBackend
-    engine.AutoBackend = lambda *args, **kwargs: autobackend(*args, **_on_cpu(**kwargs))
-    try:
+    with contextlib.ExitStack() as fixes:
+        fixes.enter_context(
+            ultra.swapped(
+                contract.EngineValidator,
+                engine,
+                dist=GlooDist(dist),
+                get_torch_device_backend=lambda _device: _CpuBackend,
+                AutoBackend=lambda *args, **kwargs: autobackend(*args, **_on_cpu(**kwargs)),
+            )
+        )
+        for task in ultra.task_validators():
+            if getattr(task, "dist", None) is dist:
+                fixes.enter_context(ultra.swapped(contract.TaskValidator, task, dist=GlooDist(dist)))
         yield
-    finally:
-        for module, name, value in kept:
-            setattr(module, name, value)

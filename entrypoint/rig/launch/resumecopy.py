@@ -7,7 +7,7 @@ times, seconds after the launcher looked at it. A folder above it that another u
 meantime. So the launcher opens the checkpoint once (`open_checked`: from `/`, no link followed,
 each step passing rig.safefs's trust rule), reads what planning needs from that descriptor
 (rig.launch.autoresume), and copies the same descriptor's bytes into a folder of its own (`copy`:
-0700, the user's, in a temporary folder that itself passes the rule: the container's /tmp). The
+0700, the user's, in the job's temporary folder if it passes the rule, else the container's /tmp). The
 ranks get the copy's path in `model=` (and `resume=`); Ultralytics keeps the run in its folder,
 which the checkpoint names (its `save_dir`), whatever the file is called. The copy is removed once
 the launch (torchrun, or the one trainer it became) has ended (`remove_after`).
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import log, safefs
+from rig import log, places, safefs
 from rig.errors import RigError
 
 _logger = log.get("launch")
@@ -70,9 +70,10 @@ def open_checked(path: Path, who: safefs.Trust | None = None) -> Checked:
 
 
 def _open_root(root: Path | None, who: safefs.Trust) -> tuple[Path, int]:
-    """Where private copies go (TMPDIR, else /tmp), opened when it passes the trust rule for the user
-    alone (root's and sticky, or the user's own); else one line."""
-    root = root or Path(os.environ.get("TMPDIR") or "/tmp")
+    """Where private copies go (the job's temporary folder, else /tmp: rig.places.tmp_root), opened
+    when it passes the trust rule for the user alone (root's and sticky, or the user's own); else
+    one line."""
+    root = root or places.tmp_root(os.environ)
     try:
         return root, safefs.open_trusted(root, safefs.Trust(who.uid), folder=True)
     except (safefs.Untrusted, OSError) as e:

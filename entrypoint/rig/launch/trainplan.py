@@ -46,7 +46,7 @@ from rig.launch import (
     steplevers,
     trainargs,
 )
-from rig.yolo import datasets, gpubatch, tuning, ultra
+from rig.yolo import contract, datasets, gpubatch, tuning, ultra, ultracheck
 from rig.yolo.nodecache import buildlock, prepare
 
 _logger = log.get("launch")
@@ -436,6 +436,12 @@ def decide(request: Request, node: Node, run: Run) -> Plan:
         )
     placed = place_ranks(devices, node.topology)
     nranks, rank_cpus = len(placed.bindings), len(placed.bindings[0].cpus)
+    if devices.kind == "cpu" and nranks * spec.nnodes > 1 and not ultracheck.feature_on(contract.CPU_RANKS):
+        raise RigError(
+            f"CPU ranks need what Ultralytics {ultracheck.installed().version} lacks (the WARNING above); "
+            "train in one process (--cpu-ranks 1) or use the image's Ultralytics",
+            ultracheck.EXIT_CODE,
+        )
     world = nranks * spec.nnodes
     trainargs.check_batch(request.args, world)
     if run.located.new_folder and node.identity is None and spec.nnodes > 1:

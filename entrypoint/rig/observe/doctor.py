@@ -21,6 +21,7 @@ from rig.hardware.fabric import Fabric
 from rig.hardware.topology import Topology, format_cpulist
 from rig.launch.binding import Plan
 from rig.observe.bench import BenchResult
+from rig.origins import Origin
 from rig.userids import UID_ENV
 from rig.versions import DEFAULT_STACK, STACKS, Stack, stack_named
 from rig.yolo import settings, ultra
@@ -108,11 +109,17 @@ class Facts:
     bench_error: str | None = None
     bench_requested: bool = False
     # What user yolo added with `pip install` (rig.workstation.userenv): (name, version, the image's
-    # pin of that name or None), and where.
+    # pin it shadows or None), and where. The pin is a version, or "name version" for a package that
+    # installs a pinned module under another name (plain `ultralytics`).
     user_packages: tuple[tuple[str, str, str | None], ...] = ()
     user_site: str = ""
     cuda_stack: str = DEFAULT_STACK  # the image's stack (RIG_STACK)
     arch_flags: tuple[str, ...] | None = None  # torch's GPU code in this image; None: unread
+    # The Ultralytics this user's sessions, notebooks and `rig train` import (rig.origins), and the
+    # image's; None: none found. What turned off for the session's (the contract check), one line each.
+    ultralytics: Origin | None = None
+    image_ultralytics: Origin | None = None
+    ultralytics_off: tuple[str, ...] = ()
     settings_file: str = ""  # Ultralytics' settings.json for this user
     settings_problem: str | None = None  # why `yolo settings` would not stick; None: it will
     fabric: Fabric | None = None  # what NCCL would travel over between nodes; None: unread
@@ -501,6 +508,15 @@ def check_bench(f: Facts) -> Check:
             "give each GPU more CPUs (cpuset on its NUMA node), train with cache=ram, or lighten "
             "augmentation; the GPU idles while it waits for data",
         )
+    if bottleneck == "optimizer":  # the bench's reason names the optimizer and its share
+        return Check(
+            "bench",
+            Status.WARN,
+            f"{detail}: {why.rpartition('; ')[2] if '; ' in why else why}",
+            "each optimizer step serves nbs images whatever the batch: train with a batch above nbs "
+            "(YOLO26's recipe: batch=128) for fewer of them, or compare another optimizer= with "
+            "`rig bench --optimizer NAME`",
+        )
     if bottleneck == "host":
         return Check(
             "bench",
@@ -534,6 +550,31 @@ def check_user_packages(f: Facts) -> Check:
     return Check("user packages", Status.PASS, detail)
 
 
+def check_ultralytics(f: Facts) -> Check:
+    ours, image = f.ultralytics, f.image_ultralytics
+    if ours is None:
+        return Check(
+            "ultralytics",
+            Status.FAIL,
+            "no Ultralytics to import: neither the image's nor one of yours",
+            "`pip uninstall` as yolo what removed it (`pip list`), or start a fresh container of the image",
+        )
+    if image is not None and (ours.path, ours.version) == (image.path, image.version):
+        return Check("ultralytics", Status.PASS, f"{ours.describe()}: the image's")
+    detail = f"your sessions and `rig train` import {ours.describe()}, not the image's " + (
+        image.describe() if image is not None else "(none found)"
+    )
+    if f.ultralytics_off:
+        detail += "; turned off with it: " + "; ".join(f.ultralytics_off)
+    undo = f"`pip uninstall {ours.dist}` as yolo" if ours.dist else f"take {ours.path} off PYTHONPATH"
+    return Check(
+        "ultralytics",
+        Status.WARN,
+        detail,
+        f"{undo}: the image's tested one again (docs/ultralytics.md, another Ultralytics)",
+    )
+
+
 CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_driver,
     check_gpus,
@@ -544,6 +585,7 @@ CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_stack,
     check_numa,
     check_sys_nice,
+    check_ultralytics,
     check_settings,
     check_dataset,
     check_read_speed,

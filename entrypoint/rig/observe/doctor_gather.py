@@ -11,12 +11,13 @@ import contextlib
 import importlib
 import os
 import re
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rig import paths, safefs, versions
+from rig import origins, paths, safefs, versions
 from rig.errors import RigError
 from rig.hardware import choice, fabric
 from rig.hardware.nvml import describe_error, session
@@ -119,8 +120,14 @@ def gather(
     batch: int = ultra.DEFAULT_BATCH,
     imgsz: int = ultra.DEFAULT_IMGSZ,
     arch_flags: tuple[str, ...] | None = None,
+    python_path: Sequence[str] | None = None,
+    turned_off: Callable[[origins.Origin], Sequence[str]] | None = None,
+    euid: int | None = None,
 ) -> Facts:
-    """arch_flags: torch's GPU code; None reads it from the installed torch (torch_arch_flags)."""
+    """arch_flags: torch's GPU code; None reads it from the installed torch (torch_arch_flags).
+    python_path: the image's Python's folders (sys.path). turned_off: what the Ultralytics a session
+    imports cannot run, one line per feature (nothing_off when None). euid: whose sessions (root's
+    import no user's folders); this process's when None."""
     env = os.environ if environ is None else environ
     with session(nvml_module) as (nvml, state):
         driver, gpu_facts, nvml_error = None, [], None if nvml is not None else state
@@ -184,6 +191,7 @@ def gather(
         bench_error=bench_error,
         bench_requested=bench,
         **user_packages(root),
+        **ultralytics_facts(root, env, sys.path if python_path is None else python_path, turned_off, euid),
         cuda_stack=env.get(versions.STACK_ENV, versions.DEFAULT_STACK),
         arch_flags=arch_flags if arch_flags is not None or not gpu_facts else torch_arch_flags(),
         settings_file=str(settings.settings_file(env)),
@@ -202,6 +210,25 @@ def node_count(environ: Mapping[str, str]) -> int:
         return 1
 
 
+def nothing_off(found: origins.Origin) -> Sequence[str]:
+    """What turned off for this Ultralytics: nothing known here (the contract check fills it in)."""
+    return ()
+
+
+def ultralytics_facts(
+    root: Path,
+    environ: Mapping[str, str],
+    python_path: Sequence[str],
+    turned_off: Callable[[origins.Origin], Sequence[str]] | None,
+    euid: int | None = None,
+) -> dict[str, Any]:
+    """The Ultralytics a session of this user imports and the image's, found without importing either."""
+    ours = origins.find("ultralytics", origins.session_path(environ, python_path, euid), str(root))
+    image = origins.find("ultralytics", origins.image_path(environ, python_path), str(root))
+    off = tuple((turned_off or nothing_off)(ours)) if ours is not None and ours != image else ()
+    return {"ultralytics": ours, "image_ultralytics": image, "ultralytics_off": off}
+
+
 def user_packages(root: Path) -> dict[str, Any]:
     """What user yolo added with `pip install`, each with the image's pin of that name (if any)."""
     site = userenv.site_packages(root / paths.HOME.relative_to("/"))
@@ -209,8 +236,18 @@ def user_packages(root: Path) -> dict[str, Any]:
         pins = userenv.pins((root / userenv.LOCK.relative_to("/")).read_text())
     except OSError:
         pins = {}
-    found = tuple((n, v, pins.get(userenv.normalize(n))) for n, v in userenv.added(site))
+    found = tuple((n, v, _pinned(n, pins)) for n, v in userenv.added(site))
     return {"user_packages": found, "user_site": str(userenv.site_packages())}
+
+
+def _pinned(name: str, pins: Mapping[str, str]) -> str | None:
+    """The image's pin that `name` shadows, as the doctor names it: its version, or for a package
+    that installs the same module under another name (plain `ultralytics`), that name and version."""
+    found = userenv.pinned_as(name, pins)
+    if found is None:
+        return None
+    pinned, version = found
+    return version if pinned == userenv.normalize(name) else f"{pinned} {version}"
 
 
 # ------------------------------------------------------------------------------------------ dataset

@@ -4,8 +4,10 @@
 the gate's `pip` package first, so a notebook's `%pip install` comes here too) run `main`. `plan`
 decides the real pip's command line and environment, a pure function: `install` goes to the
 user's prefix (rig.workstation.userenv; `--user` means it too), constrained by the image's lock
-unless RIG_PIP_UNPINNED=1, and pip manages that prefix alone (rig.workstation.piprun). pip's
-multi-line resolution error about a pinned package becomes one line naming the pin; every other
+unless RIG_PIP_UNPINNED=1, and pip manages that prefix alone (rig.workstation.piprun). A package
+that installs a pinned module under another name (plain `ultralytics`, `opencv-python`) is held
+off by a constraint no release meets (userenv.SAME_MODULE). pip's multi-line resolution error about
+a pinned package becomes one line naming the pin; every other
 message passes through as pip wrote it (on stdout: pip prints part of an error there, the rest on
 stderr, so the gate reads both as one stream).
 """
@@ -32,7 +34,7 @@ COMMANDS = frozenset(
     | {"search", "cache", "index", "wheel", "hash", "completion", "debug", "help"}
 )
 _TARGETS = ("--prefix", "--target", "-t", "--root")
-_PINNED = re.compile(r"The user requested \(constraint\) ([A-Za-z0-9._-]+)==(\S+)")
+_PINNED = re.compile(r"The user requested \(constraint\) ([A-Za-z0-9._-]+)(==\S+)")
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,9 @@ def plan(
     return Invocation((*runner, *args), env, constraints)
 
 
-def pin_conflict(stderr: str) -> str | None:
-    """One line for pip's "conflicting dependencies" error when a pin of the image is the cause."""
+def pin_conflict(stderr: str, pins: Mapping[str, str] | None = None) -> str | None:
+    """One line for pip's "conflicting dependencies" error when a pin of the image is the cause;
+    pins (userenv.pins) name the pin that a SAME_MODULE name's constraint keeps."""
     pinned = _PINNED.findall(stderr)
     if not pinned:
         return None
@@ -97,12 +100,26 @@ def pin_conflict(stderr: str) -> str | None:
                 break
             if "(constraint)" not in line:
                 causes.append(line.strip().removeprefix("The user requested ").strip())
-    name, version = pinned[0]
+    name, spec = pinned[0]
     wanted = " and ".join(causes) or "this install"
+    twin = userenv.refused_as(name, spec)
+    if twin is None:
+        return (
+            f"pip: {wanted} would replace the image's pinned {name}{spec} ({userenv.LOCK}); keep the pin "
+            f"(choose a version that fits it), or shadow it in your sessions only: "
+            f"{userenv.UNPINNED}=1 pip install ... (torch and ultralytics were tested with the pin)"
+        )
+    version = (pins or {}).get(twin, "")
+    alias = userenv.normalize(name)
+    needing = [c.split(" ")[0] for c in causes if " depends on " in c]
+    keep = f" (`pip install --no-deps {' '.join(needing)}` keeps it)" if needing else ""
+    instead = userenv.HEADLESS.get(alias)
+    shadow = f"{instead}==VERSION (headless: the desktop OpenCV cannot load here; " if instead else "... ("
     return (
-        f"pip: {wanted} would replace the image's pinned {name}=={version} ({userenv.LOCK}); keep the pin "
-        f"(choose a version that fits it), or shadow it in your sessions only: "
-        f"{userenv.UNPINNED}=1 pip install ... (torch and ultralytics were tested with the pin)"
+        f"pip: {wanted} would replace the image's pinned {twin}{'==' + version if version else ''} "
+        f"({userenv.LOCK}): {alias} installs the same module; keep the image's{keep}, or shadow it in "
+        f"your sessions only: {userenv.UNPINNED}=1 pip install {shadow}torch and ultralytics were tested "
+        "with the pin)"
     )
 
 
@@ -196,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, held = _run(invocation)
     except KeyboardInterrupt:
         return 130
-    line = pin_conflict(held) if code != 0 else None
+    line = pin_conflict(held, userenv.pins(lock_text)) if code != 0 else None
     if line is not None:
         print(f"ERROR {line}", file=sys.stderr)
         return 1

@@ -25,6 +25,24 @@ GATE = paths.OPT / "python"  # a `pip` package that is the gate: `python -m pip`
 PYTHON = f"python{sys.version_info.major}.{sys.version_info.minor}"
 # RIG_PIP_UNPINNED=1 pip install ...: the user's say-so to shadow a pinned package in their prefix.
 UNPINNED = "RIG_PIP_UNPINNED"
+# Distributions that install a module the image has under another, pinned, name: each would shadow
+# it as surely as another version of the pin would.
+SAME_MODULE = {
+    "ultralytics": "ultralytics-opencv-headless",  # and it brings the desktop opencv-python
+    "opencv-python": "opencv-python-headless",
+    "opencv-contrib-python": "opencv-python-headless",
+    "opencv-contrib-python-headless": "opencv-python-headless",
+}
+# The desktop ones' headless twins: the desktop cv2 needs libGL, which the image leaves out, so a
+# user who shadows the pin anyway wants these.
+HEADLESS = {
+    "ultralytics": "ultralytics-opencv-headless",
+    "opencv-python": "opencv-python-headless",
+    "opencv-contrib-python": "opencv-contrib-python-headless",
+}
+# The constraint that no release satisfies: pip refuses the name wherever it comes from (the command
+# line, a wheel's file, a dependency), and says so in the conflict the gate turns into one line.
+_NO_RELEASE = "===0+the.image.has.it.as."
 
 
 def prefix(home: Path = paths.HOME) -> Path:
@@ -84,21 +102,45 @@ def render_profile(image_path: str) -> str:
 
 def constraints(lock_text: str) -> str:
     """The pins of a `uv export` requirements file as a pip constraints file: one `name==version
-    [; marker]` per line, without the hashes (pip refuses hashes in constraints) and comments."""
+    [; marker]` per line, without the hashes (pip refuses hashes in constraints) and comments; and
+    for each SAME_MODULE name whose twin is pinned, a constraint no release satisfies."""
     lines = []
     for raw in lock_text.splitlines():
         if not raw or raw[0].isspace() or raw.startswith(("#", "-")):
             continue
         lines.append(raw.removesuffix("\\").rstrip())
+    pinned = _pins(lines)
+    lines += [f"{name}{_NO_RELEASE}{twin}" for name, twin in SAME_MODULE.items() if twin in pinned]
     return "\n".join(lines) + "\n"
+
+
+def refused_as(name: str, spec: str) -> str | None:
+    """The pinned twin a constraint `name` + `spec` (as pip quotes it) stands for: SAME_MODULE's
+    constraint names the pin it keeps; None for any other constraint."""
+    if normalize(name) in SAME_MODULE and spec.startswith(_NO_RELEASE):
+        return SAME_MODULE[normalize(name)]
+    return None
+
+
+def pinned_as(name: str, pins: Mapping[str, str]) -> tuple[str, str] | None:
+    """The image's pin that `name` would shadow, as (pinned name, version): its own, or its
+    SAME_MODULE twin's; None when the image pins neither."""
+    for candidate in (normalize(name), SAME_MODULE.get(normalize(name))):
+        if candidate is not None and candidate in pins:
+            return candidate, pins[candidate]
+    return None
 
 
 def pins(lock_text: str) -> dict[str, str]:
     """name (normalized) -> version of every pin in the lock."""
+    return _pins(constraints(lock_text).splitlines())
+
+
+def _pins(lines: list[str]) -> dict[str, str]:
     found = {}
-    for line in constraints(lock_text).splitlines():
+    for line in lines:
         requirement = line.split(";", 1)[0].strip()
-        if "==" in requirement:
+        if "==" in requirement and "===" not in requirement:
             name, version = requirement.split("==", 1)
             found[normalize(name)] = version.strip()
     return found

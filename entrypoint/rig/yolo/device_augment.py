@@ -1,3 +1,5 @@
+# mypy: disable-error-code="safe-super"
+# (DeviceAugmented's base is contract.Dataset, a Protocol, for the type check only.)
 """Training loader workers draw the augmentation; its pixel work runs batched on the training device.
 
 Ultralytics' training pipeline (v8_transforms, then Format) spends a worker's time, per image, on
@@ -27,10 +29,10 @@ import functools
 import importlib
 import os
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rig import flags, log
-from rig.yolo import deferred_steps, ultra, warp_job
+from rig.yolo import contract, deferred_steps, ultra, ultracheck, warp_job
 
 _logger = log.get("trainer")
 KEY = deferred_steps.KEY  # per image: the colour and layout row (rig.yolo.hsv_device.PARAMS)
@@ -40,7 +42,8 @@ PREFIX = "DeviceAugmented"
 
 
 def enabled(environ: Mapping[str, str]) -> bool:
-    return flags.switched_on(environ, SWITCH)
+    """On unless RIG_DEVICE_AUGMENT=0 or the installed Ultralytics lacks what it needs (said at start)."""
+    return flags.switched_on(environ, SWITCH) and ultracheck.feature_on(contract.DEVICE_AUGMENT)
 
 
 def describe(on: bool) -> str:
@@ -54,8 +57,8 @@ def describe(on: bool) -> str:
     return "device augment off (RIG_DEVICE_AUGMENT=0): Ultralytics' own pipeline, all of it in the workers"
 
 
-def _augment() -> Any:
-    return ultra.module("data.augment")
+def _augment() -> contract.Augment:
+    return ultra.augment()
 
 
 def defer(transforms: Any) -> Any:
@@ -63,13 +66,15 @@ def defer(transforms: Any) -> Any:
     pipeline ends as the stock one does, the geometry too where it is v8_transforms' own (see
     geometry_kept); the same object unchanged when its shape is not the stock training pipeline's."""
     aug = _augment()
-    steps = list(getattr(transforms, "transforms", []))
+    if not isinstance(transforms, aug.Compose):
+        return transforms
+    steps = list(cast(contract.Compose, transforms).transforms)
     hsv = [i for i, t in enumerate(steps) if type(t) is aug.RandomHSV]
     if len(hsv) != 1 or not steps or type(steps[-1]) is not aug.Format:
         return transforms
     kept = geometry_kept(steps, hsv[0])
     if kept is None:
-        pre = steps[0]
+        pre = cast(contract.Compose, steps[0])
         pre.transforms = [
             deferred_steps.defer(t, "DeferredMosaic" if type(t) is aug.Mosaic else "DeferredPerspective")
             if type(t) in {aug.Mosaic, aug.RandomPerspective}
@@ -81,7 +86,7 @@ def defer(transforms: Any) -> Any:
         _note_once(f"device augment: {kept}: mosaic and the affine warp stay in the loader workers")
     steps[hsv[0]] = deferred_steps.defer(steps[hsv[0]], "DeferredHSV")
     steps[-1] = deferred_steps.defer(steps[-1], "DeferredFormat")
-    transforms.transforms = steps
+    cast(contract.Compose, transforms).transforms = steps
     return transforms
 
 
@@ -92,7 +97,7 @@ def geometry_kept(steps: list[Any], hsv: int) -> str | None:
     as by default), and only RandomFlips follow RandomHSV."""
     aug = _augment()
     pre = steps[0] if steps else None
-    inner = list(getattr(pre, "transforms", [])) if type(pre) is aug.Compose else []
+    inner = list(cast(contract.Compose, pre).transforms) if type(pre) is aug.Compose else []
     busy = sorted(
         {type(t).__name__ for t in [*inner, *steps[1:hsv]] if not _idle(t, aug)}
         - {"Mosaic", "RandomPerspective"}
@@ -101,19 +106,21 @@ def geometry_kept(steps: list[Any], hsv: int) -> str | None:
         verb = "works" if len(busy) == 1 else "work"
         return f"the recipe's {' and '.join(busy)} {verb} on the pixels between mosaic and RandomHSV"
     kinds = [type(t) for t in inner if not _idle(t, aug)]
-    if kinds != [aug.Mosaic, aug.RandomPerspective] or any(type(t) is aug.Mosaic and t.n != 4 for t in inner):
+    if kinds != [aug.Mosaic, aug.RandomPerspective] or any(
+        type(t) is aug.Mosaic and cast(contract.Mosaic, t).n != 4 for t in inner
+    ):
         return "the recipe's first steps are not a 2x2 Mosaic then RandomPerspective"
     if any(type(t) is not aug.RandomFlip for t in steps[hsv + 1 : -1]):
         return "a step after RandomHSV is not RandomFlip"
     return None
 
 
-def _idle(step: Any, aug: Any) -> bool:
+def _idle(step: Any, aug: contract.Augment) -> bool:
     """A step that never touches the pixels: mixing with probability 0, Albumentations without any."""
     if type(step) in {aug.MixUp, aug.CutMix, aug.CopyPaste}:
-        return float(step.p) == 0.0
+        return float(cast(contract.Mixing, step).p) == 0.0
     if type(step) is aug.Albumentations:
-        return getattr(step, "transform", None) is None
+        return cast(contract.Albumentations, step).transform is None
     return False
 
 
@@ -125,32 +132,40 @@ def __getattr__(name: str) -> Any:
         if inner.startswith("NodeCached"):
             base = getattr(importlib.import_module("rig.yolo.nodecache.cached_dataset"), inner)
         else:
-            base = getattr(ultra.module("data.dataset"), inner, None)
+            base = getattr(ultra.data_dataset(), inner, None)
         if base is not None:
             return device_augmented(base)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+if TYPE_CHECKING:
+    _Dataset = contract.Dataset
+else:
+    _Dataset = object
+
+
+class DeviceAugmented(_Dataset):
+    """A dataset (`device_augmented` puts this in front of its class) whose training transforms
+    (built again when mosaic closes) leave their pixel work to the device."""
+
+    def build_transforms(self, hyp: Any = None) -> Any:
+        transforms = super().build_transforms(hyp)
+        return defer(transforms) if self.augment else transforms
+
+
 @functools.cache
-def device_augmented(base: Any) -> Any:
-    """base whose training transforms (built again when mosaic closes) leave their pixel work to the
-    device, and whose collate packs the geometry's tiles."""
+def device_augmented(base: type) -> type:
+    """base with DeviceAugmented in front, and a collate that packs the geometry's tiles; both
+    importable by name from this module."""
     name = f"{PREFIX}{base.__name__}"
-    base_collate = base.collate_fn
+    base_collate = cast(contract.Dataset, base).collate_fn
 
     def collate_fn(batch: list[dict[str, Any]]) -> dict[str, Any]:
         return collate(batch, base_collate)
 
-    class DeviceAugmented(base):  # type: ignore[misc]
-        def build_transforms(self, hyp: Any = None) -> Any:
-            transforms = super().build_transforms(hyp)
-            return defer(transforms) if self.augment else transforms
-
-    DeviceAugmented.collate_fn = staticmethod(collate_fn)
-    DeviceAugmented.__name__ = DeviceAugmented.__qualname__ = name
-    DeviceAugmented.__module__ = collate_fn.__module__ = __name__
-    collate_fn.__qualname__ = f"{name}.collate_fn"
-    return DeviceAugmented
+    collate_fn.__module__, collate_fn.__qualname__ = __name__, f"{name}.collate_fn"
+    namespace = {"__module__": __name__, "__qualname__": name, "collate_fn": staticmethod(collate_fn)}
+    return type(name, (DeviceAugmented, base), namespace)
 
 
 def collate(

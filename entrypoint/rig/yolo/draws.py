@@ -1,3 +1,5 @@
+# mypy: disable-error-code="safe-super"
+# (Seeded's base is contract.Dataset, a Protocol, for the type check only.)
 """The random draws of training, made so that an epoch resumed at any batch draws what the
 uninterrupted epoch would have drawn. The one place that says how.
 
@@ -31,9 +33,9 @@ import hashlib
 import importlib
 import random
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rig.yolo import ultra
+from rig.yolo import contract, ultra
 
 PREFIX = "Seeded"
 # Separate streams for the workers' samples and the ranks' batches, however the numbers coincide.
@@ -78,10 +80,10 @@ def seed_batch(seed: int, rank: int, epoch: int, batch: int) -> None:
     torch.manual_seed(value >> 1)
 
 
-def takes_keys(dataset: Any) -> bool:
+def takes_keys(dataset: contract.Dataset) -> bool:
     """Whether the dataset's items can be asked for by a `Key` (a `seeded` class). Ultralytics'
     classification dataset, built outside build_yolo_dataset, is not: it gets plain indices."""
-    return bool(getattr(dataset, "rig_takes_keys", False))
+    return isinstance(dataset, Seeded)
 
 
 class EpochSampler:
@@ -107,22 +109,31 @@ class EpochSampler:
             yield Key(self.seed, epoch, int(index)) if self.keyed else int(index)
 
 
+if TYPE_CHECKING:
+    _Dataset = contract.Dataset
+else:
+    _Dataset = object
+
+
+class Seeded(_Dataset):
+    """A dataset (`seeded` puts this in front of its class) whose items asked for by a `Key` make
+    their random draws from it."""
+
+    rig_takes_keys = True
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, Key):
+            seed_sample(index)
+            index = index.image
+        return super().__getitem__(index)
+
+
 @functools.cache
-def seeded(base: Any) -> Any:
-    """base, whose items asked for by a `Key` make their random draws from it."""
-
-    class Seeded(base):  # type: ignore[misc]
-        rig_takes_keys = True
-
-        def __getitem__(self, index: Any) -> Any:
-            if isinstance(index, Key):
-                seed_sample(index)
-                index = index.image
-            return super().__getitem__(index)
-
-    Seeded.__name__ = Seeded.__qualname__ = f"{PREFIX}{base.__name__}"
-    Seeded.__module__ = __name__
-    return Seeded
+def seeded(base: type) -> type:
+    """base, whose items asked for by a `Key` make their random draws from it; importable by name
+    from this module (a spawn-started loader worker unpickles it)."""
+    name = f"{PREFIX}{base.__name__}"
+    return type(name, (Seeded, base), {"__module__": __name__, "__qualname__": name})
 
 
 def _named(name: str) -> Any:
@@ -131,7 +142,7 @@ def _named(name: str) -> Any:
     for module in ("rig.yolo.device_augment", "rig.yolo.nodecache.cached_dataset"):
         with contextlib.suppress(AttributeError):
             return getattr(importlib.import_module(module), name)
-    return getattr(ultra.module("data.dataset"), name, None)
+    return getattr(ultra.data_dataset(), name, None)
 
 
 def __getattr__(name: str) -> Any:
@@ -144,10 +155,11 @@ def __getattr__(name: str) -> Any:
 
 
 @contextlib.contextmanager
-def in_use(mode: str) -> Iterator[None]:
+def in_use(mode: str, on: bool = True) -> Iterator[None]:
     """While Ultralytics builds the train dataset, the classes it instantiates are seeded ones. Enter
-    it inside the other wrappers (rig.yolo.device_augment): it wraps whatever class is there."""
-    if mode != "train":
+    it inside the other wrappers (rig.yolo.device_augment): it wraps whatever class is there. `on`
+    False: Ultralytics' own classes (exact resume is off)."""
+    if mode != "train" or not on:
         yield
         return
     with ultra.datasets_built_as(seeded):

@@ -18,7 +18,7 @@ from typing import Any
 
 from rig import log, paths
 from rig.errors import RigError
-from rig.yolo import datasets, ultra
+from rig.yolo import contract, datasets, ultra
 
 _logger = log.get("export")
 
@@ -131,7 +131,7 @@ def _preprocess(path: Path, imgsz: tuple[int, int], stride: int) -> Any:
     """The predictor's preprocessing: letterbox to imgsz, BGR to RGB, CHW, [0, 1], a batch of one."""
     np = _np()
     cv2 = importlib.import_module("cv2")
-    augment = ultra.module("data.augment")
+    augment = ultra.augment()
     image = cv2.imread(str(path))
     if image is None:
         raise RigError(f"cannot read image {path}")
@@ -140,9 +140,10 @@ def _preprocess(path: Path, imgsz: tuple[int, int], stride: int) -> Any:
     return np.ascontiguousarray(chw, dtype=np.float32)[None] / 255.0
 
 
-def _train_imgsz(model: Any) -> int | list[int]:
-    ckpt = getattr(model, "ckpt", None) or {}
-    imgsz = (ckpt.get("train_args") or {}).get("imgsz", ultra.DEFAULT_IMGSZ)
+def _train_imgsz(model: contract.Model) -> int | list[int]:
+    ckpt: contract.Checkpoint = model.ckpt or {}
+    train_args: contract.TrainArgs = ckpt.get("train_args") or {}
+    imgsz = train_args.get("imgsz", ultra.DEFAULT_IMGSZ)
     return imgsz if isinstance(imgsz, int | list) else ultra.DEFAULT_IMGSZ
 
 
@@ -164,7 +165,7 @@ def export_onnx(
         raise RigError(f"cannot write the .onnx next to {weights}; copy it to a writable folder first")
     samples = find_images(images, max_images)
     if not samples:
-        assets = Path(ultra.module("utils").ASSETS)
+        assets = Path(ultra.utils().ASSETS)
         samples = find_images((), max_images, fallback=(assets,))
     if not samples:
         raise RigError("no sample images to check the export with; pass --images DIR")

@@ -37,8 +37,10 @@ GIB = 1 << 30
 MIB = 1 << 20
 # Per image at 640 px, (AMP, fp32), MiB: tools/measure_activation_bytes.py in the image (torch 2.3.1,
 # Ultralytics 8.4.190, CPU), at 320 px times 4 (activations grow with the pixels; YOLO11s at 640 px),
-# BENCHMARKS.md "The GPU never waits". Detection models only: the other tasks' heads and losses (masks,
-# keypoints) were not measured.
+# BENCHMARKS.md "The GPU never waits". YOLO26 (its end-to-end head: a one-to-one branch beside the
+# one-to-many one, and two task-aligned assignments in its loss) the larger of that and its own 640-px
+# peak, the largest of three runs: YOLO26s's 640-px peak is 7 % above its 320-px figure times 4.
+# Detection models only: the other tasks' heads and losses (masks, keypoints) were not measured.
 PER_IMAGE_MIB: dict[str, tuple[int, int]] = {
     "yolo11n": (152, 292),
     "yolo11s": (273, 536),
@@ -46,7 +48,10 @@ PER_IMAGE_MIB: dict[str, tuple[int, int]] = {
     "yolo11l": (648, 1288),
     "yolo11x": (952, 1896),
     "yolo26n": (172, 328),
-    "yolo26s": (276, 540),
+    "yolo26s": (298, 580),
+    "yolo26m": (556, 1098),
+    "yolo26l": (648, 1280),
+    "yolo26x": (980, 1945),
 }
 PARAMS_M: dict[str, float] = {  # millions of parameters, from the same measurement
     "yolo11n": 2.6,
@@ -56,6 +61,9 @@ PARAMS_M: dict[str, float] = {  # millions of parameters, from the same measurem
     "yolo11x": 57.0,
     "yolo26n": 2.6,
     "yolo26s": 10.0,
+    "yolo26m": 21.9,
+    "yolo26l": 26.3,
+    "yolo26x": 59.0,
 }
 FRACTION = 0.6  # of the free memory, as Ultralytics' AutoBatch plans (its default fraction)
 CONTEXT_MIB = 1024  # the CUDA context, cuBLAS and cuDNN handles: taken before any tensor
@@ -93,7 +101,7 @@ def model_key(model: str) -> str | None:
 
 
 def measured_models() -> str:
-    """The models with a figure, by family: yolo11n/s/m/l/x, yolo26n/s."""
+    """The models with a figure, by family: yolo11n/s/m/l/x, yolo26n/s/m/l/x."""
     families: dict[str, list[str]] = {}
     for key in PER_IMAGE_MIB:
         families.setdefault(key[:-1], []).append(key[-1])

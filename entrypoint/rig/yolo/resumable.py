@@ -1,15 +1,14 @@
 """Checkpoints that continue a run exactly where it was saved: at an epoch's end, or inside an epoch.
 
-Ultralytics 8.4.190's checkpoint keeps the EMA in half precision, the optimizer's state in half
-precision, no trained weights (`"model": None`) and no position in the epoch; its resume starts the
-model again from that fp16 EMA at the next epoch's first batch. So even an epoch-end resume changes
-the run, and a stop inside an epoch loses it. rig's checkpoints are still Ultralytics' (every key of
-its `save_model`, loadable by stock Ultralytics: `YOLO("last.pt")`, `yolo train resume`), with:
-- the EMA and the optimizer's state as training has them (fp32);
-- under `RESUME_KEY`: the model's own weights (fp32), the position (the epoch to train next and
-  its batches already trained), the step the optimizer last took and the gradients accumulated since
-  (Ultralytics steps every `nbs / batch` batches) with the AMP scale they were accumulated under,
-  and the epoch's running loss.
+Ultralytics' checkpoint (its save_model) keeps the EMA and the optimizer's state in half precision,
+no trained weights (`"model": None`) and no position in the epoch; its resume starts the model again
+from that fp16 EMA at the next epoch's first batch. So even an epoch-end resume changes the run, and
+a stop inside an epoch loses it. rig's checkpoints are Ultralytics' own, written by its save_model
+(rig.yolo.trainer.saves), with rig's keys added under `RESUME_KEY` (`state`):
+- the model's own weights, the EMA and the optimizer's state as training has them (fp32);
+- the position (the epoch to train next and its batches already trained), the step the optimizer
+  last took and the gradients accumulated since (Ultralytics steps every `nbs / batch` batches) with
+  the AMP scale they were accumulated under, and the epoch's running loss.
 The random draws need nothing saved (rig.yolo.draws): the epoch and the batch decide them. The
 learning rate and warmup follow from the iteration count, as in Ultralytics' loop; early stopping,
 the best fitness, the EMA's updates and the AMP scaler are Ultralytics' own keys.
@@ -25,18 +24,24 @@ not trained. rig reads its own position (`position`), never this key.
 
 from __future__ import annotations
 
-import copy
-import importlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from rig.yolo import ultra
+from rig.yolo import contract, ultra
 
 RESUME_KEY = "rig_resume"
-FORMAT = 1
+
+
+class RigCheckpoint(contract.Checkpoint, total=False):
+    """Ultralytics' checkpoint with rig's key."""
+
+    rig_resume: dict[str, Any]
+
+
+FORMAT = 2  # Ultralytics' keys as its save_model writes them; rig's fp32 EMA and optimizer in RESUME_KEY
+FORMATS = (1, 2)  # 1: Ultralytics' keys held the fp32 EMA and optimizer (rig 0.2.0)
 
 
 @dataclass(frozen=True)
@@ -64,63 +69,24 @@ class Position:
 def position(ckpt: Mapping[str, Any] | None) -> Position | None:
     """The position a rig checkpoint continues from; None for another (stock, stripped) checkpoint."""
     state = (ckpt or {}).get(RESUME_KEY)
-    if not isinstance(state, Mapping) or state.get("format") != FORMAT:
+    if not isinstance(state, Mapping) or state.get("format") not in FORMATS:
         return None
     return Position(
         int(state["epoch"]), int(state["done"]), int(state["batches"]), float(state.get("saved", 0.0))
     )
 
 
-def _torch_utils() -> Any:
-    return ultra.module("utils.torch_utils")
+def _unwrapped(trainer: contract.Trainer) -> Any:
+    return ultra.torch_utils().unwrap_model(trainer.model)
 
 
 def _gradients(model: Any) -> dict[str, Any]:
     return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
-def _ema_copy(trainer: Any) -> tuple[Any, Any]:
-    """The EMA as Ultralytics' save_model prepares it, left in fp32, and its QAT state."""
-    torch: Any = importlib.import_module("torch")
-    tu = _torch_utils()
-    ema = trainer.ema.ema
-    # Ultralytics' own rule: a non-finite EMA tensor is taken again from the live model.
-    if not all(torch.isfinite(v).all() for v in ema.state_dict().values() if isinstance(v, torch.Tensor)):
-        model_sd = tu.unwrap_model(trainer.model).state_dict()
-        for k, v in ema.state_dict().items():
-            if (
-                isinstance(v, torch.Tensor)
-                and not torch.isfinite(v).all()
-                and torch.isfinite(model_sd[k]).all()
-            ):
-                v.copy_(model_sd[k])
-    modelopt = tu.qat_state(ema)
-    saved = copy.deepcopy(ema).to(memory_format=torch.contiguous_format)
-    if hasattr(saved, "criterion"):
-        saved.criterion = None
-    tu.strip_qat(saved)
-    return saved, modelopt
-
-
-def checkpoint(trainer: Any, epoch: int, done: int, last_opt_step: int, tloss: Any) -> dict[str, Any]:
-    """The checkpoint of the trainer now, to continue at batch `done` of `epoch`.
-
-    last_opt_step: the iteration (epoch * batches + batch) of the optimizer's last step; the
-    gradients accumulated since are kept when it was before the last batch trained."""
-    ema, modelopt = _ema_copy(trainer)
-    engine: Any = ultra.trainer_engine()
-    return contents(
-        trainer,
-        epoch,
-        done,
-        last_opt_step,
-        tloss,
-        model=_torch_utils().unwrap_model(trainer.model),
-        ema=ema,
-        modelopt=modelopt,
-        git=engine.GIT,
-        version=ultra.version(),
-    )
+def _fp32(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A state_dict's tensors copied, as training has them (the EMA's: fp32)."""
+    return {k: v.detach().clone() if hasattr(v, "detach") else v for k, v in state.items()}
 
 
 def scale_of(scaler: Any) -> float:
@@ -136,66 +102,38 @@ def stock_epoch(epoch: int) -> int:
     return max(epoch - 1, 0)
 
 
-def contents(
-    trainer: Any,
-    epoch: int,
-    done: int,
-    last_opt_step: int,
-    tloss: Any,
-    *,
-    model: Any,
-    ema: Any,
-    modelopt: Any,
-    git: Any,
-    version: str,
+def state(
+    trainer: contract.Trainer, epoch: int, done: int, last_opt_step: int, tloss: Any, *, model: Any = None
 ) -> dict[str, Any]:
-    """checkpoint's dictionary from its parts: `model` the unwrapped model, `ema` its saved copy."""
+    """rig's keys of a checkpoint of the trainer now, to continue at batch `done` of `epoch`.
+
+    last_opt_step: the iteration (epoch * batches + batch) of the optimizer's last step; the
+    gradients accumulated since are kept when it was before the last batch trained. model: the
+    trainer's model unwrapped (from compile and DDP), found here when not given."""
     batches = len(trainer.train_loader)
     trained = epoch * batches + done - 1  # the iteration of the last batch trained
+    model = model if model is not None else _unwrapped(trainer)
     return {
-        "epoch": stock_epoch(epoch),
-        "best_fitness": trainer.best_fitness,
-        "stopper": {"best_fitness": trainer.stopper.best_fitness, "best_epoch": trainer.stopper.best_epoch},
-        "model": None,
-        "ema": ema,
-        "updates": trainer.ema.updates,
-        "modelopt": modelopt,
+        "format": FORMAT,
+        "epoch": epoch,
+        "done": done,
+        "batches": batches,
+        "saved": time.time(),
+        "model": _fp32(model.state_dict()),
+        "ema": _fp32(trainer.ema.ema.state_dict()),
         "optimizer": trainer.optimizer.state_dict(),
-        "scaler": trainer.scaler.state_dict(),
-        "train_args": vars(trainer.args),
-        "train_metrics": {**(trainer.metrics or {}), "fitness": trainer.fitness},
-        "train_results": trainer.read_results_csv(),
-        "date": datetime.now().astimezone().isoformat(),
-        "version": version,
-        "git": {
-            "root": str(git.root),
-            "branch": git.branch,
-            "commit": git.commit,
-            "message": git.message,
-            "origin": git.origin,
-        },
-        "license": "AGPL-3.0 (https://ultralytics.com/license)",
-        "docs": "https://docs.ultralytics.com",
-        RESUME_KEY: {
-            "format": FORMAT,
-            "epoch": epoch,
-            "done": done,
-            "batches": batches,
-            "saved": time.time(),
-            "model": model.state_dict(),
-            "last_opt_step": last_opt_step,
-            "gradients": _gradients(model) if last_opt_step < trained else {},
-            # The scale the gradients were accumulated under (AMP's; 1.0 without): another scaler
-            # (a CPU checkpoint resumed on a GPU, or back) scales them by the ratio.
-            "grad_scale": scale_of(trainer.scaler),
-            "tloss": tloss,
-            # What the loop learns at a run's first batch: a resumed epoch with no batch left validates.
-            "loss_names": list(getattr(trainer, "loss_names", ()) or ()),
-            "loss_items": getattr(trainer, "loss_items", None),
-            "loss": getattr(trainer, "loss", None),
-            # The learning rates of the last batch (the warmup's): what the epoch's row records.
-            "lr": [group["lr"] for group in trainer.optimizer.param_groups],
-        },
+        "last_opt_step": last_opt_step,
+        "gradients": _gradients(model) if last_opt_step < trained else {},
+        # The scale the gradients were accumulated under (AMP's; 1.0 without): another scaler
+        # (a CPU checkpoint resumed on a GPU, or back) scales them by the ratio.
+        "grad_scale": scale_of(trainer.scaler),
+        "tloss": tloss,
+        # What the loop learns at a run's first batch: a resumed epoch with no batch left validates.
+        "loss_names": list(trainer.loss_names or ()),
+        "loss_items": trainer.loss_items,
+        "loss": trainer.loss,
+        # The learning rates of the last batch (the warmup's): what the epoch's row records.
+        "lr": [group["lr"] for group in trainer.optimizer.param_groups],
     }
 
 
@@ -215,12 +153,22 @@ class Pending:
     grad_scale: float | None = None  # the AMP scale `gradients` were accumulated under; None: unknown
 
 
-def restore(trainer: Any, ckpt: Mapping[str, Any]) -> Pending:
+def restore(trainer: contract.Trainer, ckpt: contract.Checkpoint) -> Pending:
     """The model's own weights back (Ultralytics' resume loaded the optimizer, scaler, EMA, best
     fitness and early stopping from its keys); what the first resumed batch puts back."""
-    state = ckpt[RESUME_KEY]
-    model = _torch_utils().unwrap_model(trainer.model)
+    state = cast(RigCheckpoint, ckpt)["rig_resume"]
+    model = _unwrapped(trainer)
     model.load_state_dict(state["model"])
+    if state.get("ema") is not None:  # fp32, where Ultralytics' own key holds it in fp16
+        trainer.ema.ema.load_state_dict(state["ema"])
+    if state.get("optimizer") is not None:
+        optimizer = trainer.optimizer
+        saved = state["optimizer"]
+        for group, now in zip(saved["param_groups"], optimizer.param_groups, strict=False):
+            for kernel in ("fused", "foreach"):  # this run's choice, as Ultralytics' resume has it
+                if kernel in now:
+                    group[kernel] = now[kernel]
+        optimizer.load_state_dict(saved)
     if getattr(model, "criterion", None) is None and hasattr(model, "init_criterion"):
         model.criterion = model.init_criterion()  # made by the first batch, which a resume may not have
     return Pending(
@@ -237,8 +185,8 @@ def restore(trainer: Any, ckpt: Mapping[str, Any]) -> Pending:
     )
 
 
-def put_gradients(trainer: Any, gradients: Mapping[str, Any]) -> None:
-    model = _torch_utils().unwrap_model(trainer.model)
+def put_gradients(trainer: contract.Trainer, gradients: Mapping[str, Any]) -> None:
+    model = _unwrapped(trainer)
     for name, p in model.named_parameters():
         if name in gradients:
             p.grad = gradients[name].to(device=p.device, dtype=p.dtype)

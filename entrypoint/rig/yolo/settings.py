@@ -14,6 +14,7 @@ Root (RIG_USER=root) always gets the baked defaults: it never writes in a user's
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -103,3 +104,20 @@ FIX = (
     f"run as user yolo (no `docker run --user`; {userids.BOTH} give yolo your ids), make the file "
     "yours (`ls -l` it), or set YOLO_CONFIG_DIR to a folder you own"
 )
+
+
+def fallback(config_dir: Path, runs_dir: str) -> None:
+    """Settings of the user's own where the image's folder is read-only (rig.places): the baked
+    settings and fonts seeded into config_dir (in the user's private folder), their runs_dir set to
+    runs_dir (`runs`: where Ultralytics runs); every other key stays as the user left it. OSError or
+    safefs.Skipped when the folder cannot be used."""
+    seed(config_dir)
+    with safefs.opened_dir(config_dir / SUBDIR) as fd:
+        text = safefs.read_regular(FILE, fd, MAX_SETTINGS_BYTES)
+        try:
+            values = json.loads(text) if text else {}
+        except ValueError:
+            raise safefs.Skipped(f"{FILE} is not JSON; remove it to start from the image's") from None
+        if values.get("runs_dir") != runs_dir:
+            values["runs_dir"] = runs_dir
+            safefs.write_atomic(FILE, json.dumps(values, indent=2).encode(), fd, mode=0o644)

@@ -11,6 +11,7 @@ import pytest
 from rig import cli
 from rig.errors import RigError
 from rig.hardware import topology
+from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.topology import (
     apply_visible_devices,
     format_cpulist,
@@ -165,3 +166,52 @@ def test_an_nvml_error_on_one_gpu_is_one_line(capsys: pytest.CaptureFixture[str]
     with pytest.raises(RigError, match=r"cannot read this container's GPUs \(NVMLError: NVML error 15\)"):
         nvml_gpus(fake)
     assert not fake.initialised
+
+
+APPTAINER = {"APPTAINER_CONTAINER": "/scratch/yolo-rig.sif"}
+
+
+def test_under_apptainer_without_nv_the_hosts_device_files_are_no_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Apptainer binds the host's /dev: every GPU's device file is there, but without --nv none of
+    the driver's libraries (no NVML): no GPU, and the line says --nv; under Docker the same files
+    would be GPUs (the runtime brings both)."""
+    ids = _host_with_two_gpus(tmp_path)
+    for minor in (0, 1):
+        nvidia_device(tmp_path, minor)
+    monkeypatch.setattr(topology, "_is_live", lambda _sysfs: True)
+    monkeypatch.setattr(topology, "nvml_gpus", lambda: None)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: frozenset(range(8)))
+    topo = read_topology(tmp_path, environ=APPTAINER)
+    assert topo.gpus == () and topo.without_driver == 2
+    with pytest.raises(RigError, match=r"2 GPU\(s\) are on this machine .* `apptainer run --nv`"):
+        select_gpus(parse_gpus("all"), topo)
+    assert [g.bus_id for g in read_topology(tmp_path, environ={}).gpus] == ids
+
+
+@pytest.mark.parametrize(
+    ("gpus", "visible", "used"),
+    [
+        ("all", "1,3", [1, 3]),  # Slurm's --gres: the job's two of the node's four
+        ("1", "1,3", [1]),  # one GPU: the job's first
+        ("2", None, [0, 1]),  # --gpus 2 of the node's four, no Slurm
+        ("0,3", None, [0, 3]),
+    ],
+)
+def test_under_apptainer_with_nv_the_gpus_are_nvmls_within_the_jobs_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: str, visible: str | None, used: list[int]
+) -> None:
+    """--nv brings NVML, which lists the node's GPUs (no device cgroup under Apptainer alone); the
+    job's CUDA_VISIBLE_DEVICES (Slurm's, passed in from the host) picks among them."""
+    fs = FakeSys(tmp_path / "sys").node(0, "0-7").online("0-7")
+    ids = [bus(i) for i in range(4)]
+    for b in ids:
+        fs.gpu(b, 0, "0-7")
+    monkeypatch.setattr(topology, "_is_live", lambda _sysfs: True)
+    monkeypatch.setattr(topology, "nvml_gpus", lambda: [(b, f"GPU-{i}") for i, b in enumerate(ids)])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: frozenset(range(8)))
+    env = {**APPTAINER, **({"CUDA_VISIBLE_DEVICES": visible} if visible else {})}
+    topo = read_topology(tmp_path, environ=env)
+    chosen = select_gpus(parse_gpus(gpus), topo)
+    assert [topo.gpus[i].bus_id for i in chosen] == [ids[i] for i in used]  # the host's GPUs, by number

@@ -26,14 +26,33 @@ def _dump(epoch: Any, out: BinaryIO) -> None:
         out.write(piece)
 
 
+def _writes() -> Any:
+    """rig's trainer's checkpoint paths (rig.yolo.trainer.saves): Ultralytics' save_model writes through
+    them, each file through checkpoints.write; rig's keys added (here: the bytes, streamed by _dump)."""
+    from rig.yolo.trainer import saves
+
+    writes = saves.Writes(
+        checkpoints.write, load=lambda _data: {}, dump=lambda ckpt, out: _dump(ckpt["epoch"], out)
+    )
+    return writes, saves.path_type(writes)
+
+
+def _ultralytics_save(folder: Path, epoch: int) -> None:
+    """BaseTrainer.save_model's writes: one serialised checkpoint under every name."""
+    data = b"Ultralytics' checkpoint"
+    for name in ("last.pt", "best.pt", f"epoch{epoch % 2}.pt"):
+        (folder / name).write_bytes(data)
+
+
 def _save_forever(wdir: str) -> None:
     """The child: checkpoint after checkpoint, as rig's trainer saves at its epoch ends."""
-    folder = Path(wdir)
+    writes, paths = _writes()
+    folder = paths(wdir)
     folder.mkdir(parents=True, exist_ok=True)
     epoch = 0
     while True:
-        paths = [folder / "last.pt", folder / "best.pt", folder / f"epoch{epoch % 2}.pt"]
-        checkpoints.save(epoch, paths, dump=_dump)
+        with writes.extending(epoch, None):
+            _ultralytics_save(folder, epoch)
         print("SAVED", epoch, flush=True)
         epoch += 1
 
@@ -85,8 +104,10 @@ def test_the_next_save_removes_what_a_killed_save_left_and_copies_are_files_of_t
 ) -> None:
     (tmp_path / ".last.pt.0a1b2c3d4e5f.tmp").write_bytes(b"half")
     (tmp_path / "notes.tmp").write_text("the user's")
-    checkpoints.save(3, [tmp_path / "last.pt", tmp_path / "best.pt"], dump=_dump)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt", "notes.tmp"]
+    writes, paths = _writes()
+    with writes.extending(3, None):
+        _ultralytics_save(paths(tmp_path), 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "epoch1.pt", "last.pt", "notes.tmp"]
     assert _whole(tmp_path / "best.pt") and (tmp_path / "best.pt").read_bytes()[:1] == b"\x03"
     # Rewriting one in place (as strip_optimizer's torch.save does) leaves the other alone.
     assert os.stat(tmp_path / "best.pt").st_ino != os.stat(tmp_path / "last.pt").st_ino

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rig import cli
 from rig.errors import RigError
-from rig.launch import binder, binding, ddp, job, trainer
+from rig.launch import binder, binding, ddp, job, rankside, trainer
 
 from tests.helpers.fakesys import FakeSys, bus
 
@@ -69,12 +69,12 @@ def test_stop_grace_default_and_bounds() -> None:
 
 def test_int_hup_and_term_all_stop_between_batches_and_a_second_ctrl_c_stops_now() -> None:
     assert set(trainer.STOP_SIGNALS) == {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
-    flag = trainer._StopFlag()
+    flag = rankside.StopFlag()
     flag.handler(signal.SIGHUP, None)
     assert flag.signum == signal.SIGHUP
     flag.handler(signal.SIGTERM, None)
     assert flag.signum == signal.SIGHUP  # the first signal is the one reported
-    ctrl_c = trainer._StopFlag()
+    ctrl_c = rankside.StopFlag()
     ctrl_c.handler(signal.SIGINT, None)
     with pytest.raises(KeyboardInterrupt):
         ctrl_c.handler(signal.SIGINT, None)

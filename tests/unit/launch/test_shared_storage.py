@@ -245,9 +245,8 @@ def test_run_folders_and_checkpoints_are_private_unless_shared_with_a_group(tmp_
     assert stat.S_IMODE((run / rundir.OWNER_FILE).stat().st_mode) == 0o600
     weights = run / "weights"
     assert stat.S_IMODE(weights.stat().st_mode) == 0o700  # made by rig, not by the umask
-    checkpoints.save(
-        {"epoch": 0}, [weights / "last.pt", weights / "best.pt"], dump=lambda c, f: f.write(b"x")
-    )
+    checkpoints.write(weights / "last.pt", b"x")
+    checkpoints.write(weights / "best.pt", lambda f: f.write(b"x"))
     assert {stat.S_IMODE(p.stat().st_mode) for p in weights.iterdir()} == {0o600}
     shared = rundir.claim(tmp_path, "shared", None, environ={safefs.SHARE_GROUP_ENV: "0"})
     assert stat.S_IMODE(shared.stat().st_mode) == 0o2750 and shared.stat().st_gid == 0

@@ -5,6 +5,7 @@ trainer's arguments and environment printed."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -229,6 +230,25 @@ def test_rig_train_follows_the_benchs_record_for_its_gpu_model_and_batch(
 
     assert cli.main(["train", "--dry-run", *base, "fused_optimizer=maybe"]) == 1
     assert "fused_optimizer=maybe: give True or False" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["yolo26n.yaml", "yolo26n.pt", "/mnt/model/YOLO26n.pt"])
+def test_a_record_measured_on_yolo11n_switches_nothing_for_yolo26n(
+    one_h200: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str
+) -> None:
+    # Same GPU, torch, size, batch and precision: only the model differs, and that is another record.
+    key = LeverKey("NVIDIA H200", steplevers.torch_version(), "yolo11n", 640, 64, True)
+    steplevers.write_record(_record(GOOD, FUSED, GRAPHS, key=key), steplevers.record_dir())
+    base = [*one_h200, "data=x.yaml", f"model={model}", "batch=64", f"project={tmp_path / 'runs'}"]
+    env, args, err = dry_run(base, capsys)
+    assert "channels_last" not in args and "compile" not in args and "RIG_FUSED_OPTIMIZER" not in env
+    assert "Ultralytics' default: not measured for yolo26n at 640 px, batch 64 on NVIDIA H200" in err
+    # YOLO26n's own record is followed.
+    steplevers.write_record(
+        _record(GOOD, FUSED, key=dataclasses.replace(key, model="yolo26n")), steplevers.record_dir()
+    )
+    env, args, err = dry_run(base, capsys)
+    assert args["channels_last"] == "True" and env["RIG_FUSED_OPTIMIZER"] == "1"
 
 
 def test_a_cpu_run_without_batch_follows_the_record_at_ultralytics_default_batch(

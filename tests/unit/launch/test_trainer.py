@@ -14,6 +14,10 @@ class _FakeUltralyticsTrainer:
 
     def __init__(self, devices: int) -> None:
         self.world_size = devices
+        self.device = "mps" if devices == 0 else "cuda:0"
+        self.args = SimpleNamespace(workers=8)
+        self.wdir = Path("weights")
+        self.last, self.best = self.wdir / "last.pt", self.wdir / "best.pt"
         self.callbacks: list[str] = []
         self.metrics, self.fitness = {"m": 1.0}, 0.5
 
@@ -37,12 +41,12 @@ def test_trainer_uses_the_global_world_size_and_skips_validation_when_stopping(
     t = cls(4)
     assert t.world_size == 8 and "on_train_batch_end" in t.callbacks
     assert cls(1).world_size == 8  # one GPU per node is still DDP across the nodes
-    assert cls(0).world_size == 0  # device=cpu: Ultralytics never runs DDP on the CPU
+    assert cls(0).world_size == 0  # device=mps: one process, never DDP (CPU ranks are: test_wiring)
     monkeypatch.setenv("WORLD_SIZE", "1")
     t = cls(1)  # one rank: no final-validation agreement to reach (the image tests run it over gloo)
     assert t.world_size == 1
     t.validator = SimpleNamespace(callbacks={}, add_callback=lambda e, cb: None)
-    monkeypatch.setattr(trainer.ultra, "trainer_engine", lambda: SimpleNamespace(strip_optimizer=None))
+    monkeypatch.setattr(trainer.ultra, "engine_trainer", lambda: SimpleNamespace(strip_optimizer=None))
     assert t.validate() == "validated" and t.final_eval() == "final"
     t.rig_stopping = True  # the run ends at the stop's batch boundary: no validation, no final one
     assert t.validate() == ({"m": 1.0}, 0.5) and t.final_eval() is None
@@ -61,7 +65,10 @@ class _StepCadence:
 
     def __init__(self, nb: int, acc0: int, nw: int) -> None:
         self.world_size, self.nb, self.acc0, self.nw = 0, nb, acc0, nw
-        self.args = SimpleNamespace(seed=0)
+        self.device = "cpu"
+        self.args = SimpleNamespace(seed=0, workers=0)
+        self.wdir = Path("weights")
+        self.last, self.best = self.wdir / "last.pt", self.wdir / "best.pt"
         self.loss_names = ("box",)
         self.train_loader = list(range(nb))
         self.accumulate = acc0
@@ -123,8 +130,8 @@ def test_exit_code_follows_the_agreed_stop_not_the_local_signal(monkeypatch: pyt
     finished exits 0 even when a signal came after its last stop check (there is nothing to resume)."""
     from rig.launch import trainer
 
-    stopped = SimpleNamespace(rig_stop_signal=15, last=Path("last.pt"), epoch=1)
-    finished = SimpleNamespace(last=Path("last.pt"))  # no stop agreed: Ultralytics ran every epoch
+    stopped = SimpleNamespace(rig_stop_signal=15, last=Path("last.pt"), epoch=1, epochs=3)
+    finished = SimpleNamespace(rig_stop_signal=0, last=Path("last.pt"))  # Ultralytics ran every epoch
     monkeypatch.setattr(trainer.STOP, "signum", 0)
     assert trainer._exit_code(stopped, rank=1) == 143  # this rank got no signal itself
     assert trainer._exit_code(finished, rank=0) == 0
@@ -145,3 +152,24 @@ def test_the_closing_hint_names_rigs_resume_first_then_what_stock_ultralytics_do
     assert only.startswith(rig) and only.endswith(f"{stock} takes this 1-epoch run as finished")
     later = trainer.resume_hint(Path("w/last.pt"), 4, 10)
     assert later.startswith(rig) and later.endswith(f"{stock} reruns epoch 5 from its start")
+
+
+def test_a_checkpoint_of_another_ultralytics_is_one_warning_and_one_it_cannot_load_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rig.errors import RigError
+    from rig.launch import trainer
+
+    assert trainer.other_version({"version": "8.4.190"}, "8.4.190") is None
+    assert trainer.other_version({}, "8.4.158") is None and trainer.other_version(None, "8.4.158") is None
+    said = trainer.other_version({"version": "8.4.190"}, "8.4.158")
+    assert said and said.startswith("written by Ultralytics 8.4.190, resumed with 8.4.158")
+
+    def unpickle(_path: str) -> Any:
+        raise AttributeError("Can't get attribute 'C3k2Attn' on <module 'ultralytics.nn.tasks'>\nmore")
+
+    monkeypatch.setattr(trainer.ultra, "yolo", unpickle)
+    with pytest.raises(RigError) as e:
+        trainer._load("w/last.pt", "8.4.158")
+    assert e.value.exit_code == 2 and "\n" not in str(e.value)
+    assert str(e.value).startswith("w/last.pt: Ultralytics 8.4.158 cannot load it (AttributeError: Can't get")

@@ -22,6 +22,7 @@ from rig.yolo import tuning, ultra
 from rig.yolo.nodecache import prepare
 
 from tests.helpers.fakesys import FakeSys, bus
+from tools import ultralytics_releases
 
 
 @pytest.fixture
@@ -234,7 +235,9 @@ def test_two_launches_started_at_once_get_two_run_directories(tree: tuple[Path, 
     # only once training starts, seconds later, so both would pick `train` without the reservation.
     runs = tmp_path / "runs"
     root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "PYTHONPATH": str(root / "entrypoint"), "RIG_RUN_DIR": ""}
+    # The image's Ultralytics is the locked wheel's source here (no torch: it is checked, not imported).
+    source = ultralytics_releases.source().parent
+    env = {**os.environ, "PYTHONPATH": f"{root / 'entrypoint'}:{source}", "RIG_RUN_DIR": ""}
     for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "WORLD_SIZE", "RANK"):
         env.pop(name, None)
     argv = [sys.executable, "-m", "rig", *_train(tree, "--gpus", "2", "data=x.yaml", "model=yolo11n.yaml")]

@@ -15,7 +15,7 @@ from rig.errors import RigError
 from rig.instrument import telemetry
 from rig.instrument.telemetry import StepTotals
 from rig.observe import bench
-from rig.observe.bench import measure, realrun, results, tail
+from rig.observe.bench import measure, realrun, results, step, tail
 from rig.observe.bench.results import LeverStep, StepResult
 
 from tests.helpers.waiting import wait_until
@@ -72,6 +72,79 @@ def test_the_verdict_names_the_bottleneck(wait: float, util: float | None, expec
 def test_without_a_real_run_the_verdict_compares_loader_and_step() -> None:
     assert results.verdict(None, 400.0, 900.0)[0] == "loader"
     assert results.verdict(None, 1500.0, 900.0) == ("compute", "loader 1500 img/s vs train step 900 img/s")
+
+
+def _musgd(share: float) -> StepResult:
+    # YOLO26n at batch 16: one MuSGD step every 4 steps (nbs 64).
+    return StepResult(
+        300.0, batch=16, optimizer="MuSGD", optimizer_step_ms=62.2, optimizer_share=share, accumulate=4
+    )
+
+
+def test_the_verdict_names_musgds_step_where_it_takes_most_of_the_train_step() -> None:
+    fed = bench.TrainResult(img_s=263.0, data_wait_fraction=0.0, gpu_util_mean=7.0, batches=61)
+    bottleneck, why = results.verdict(fed, 795.0, 263.0, _musgd(0.61))
+    assert bottleneck == "optimizer"
+    assert (
+        "MuSGD's optimizer step takes 61% of the train step (62.2 ms, one every 4 steps of batch 16)" in why
+    )
+    assert "batch above nbs" in why
+    # Under half of the step it is not the bottleneck; a loader the GPU waits on still comes first.
+    assert results.verdict(fed, 795.0, 263.0, _musgd(0.49))[0] == "host"
+    starved = bench.TrainResult(img_s=263.0, data_wait_fraction=0.3, gpu_util_mean=7.0, batches=61)
+    assert results.verdict(starved, 795.0, 263.0, _musgd(0.9))[0] == "loader"
+    # Without a real run (the CPU): the loader against the step, then the optimizer's share.
+    assert results.verdict(None, 1500.0, 900.0, _musgd(0.7))[0] == "optimizer"
+    assert results.verdict(None, 400.0, 900.0, _musgd(0.7))[0] == "loader"
+    assert results.verdict(None, 1500.0, 900.0, StepResult(900.0))[0] == "compute"  # no share measured
+
+
+@pytest.mark.parametrize(
+    ("timed_s", "steps", "optimizer_steps", "optimizer_s", "accumulate", "share"),
+    [
+        (1.0, 10, 0, 0.1, 1, 0.1 / 0.2),  # no optimizer step among the timed (the CPU's few): 0.1 s a pass
+        (1.0, 10, 10, 0.05, 1, 0.05 / 0.1),  # batch 64: one every step, 0.05 of each 0.1 s
+        (1.0, 8, 2, 0.2, 4, 0.05 / (0.075 + 0.05)),  # batch 16: one every 4 steps
+        (0.1, 10, 10, 0.05, 1, 1.0),  # timed alone it took longer than the steps: all of it
+    ],
+)
+def test_the_optimizer_steps_share_counts_each_steps_part_of_it(
+    timed_s: float, steps: int, optimizer_steps: int, optimizer_s: float, accumulate: int, share: float
+) -> None:
+    assert step.optimizer_share(timed_s, steps, optimizer_steps, optimizer_s, accumulate) == pytest.approx(
+        share
+    )
+
+
+def test_the_steps_optimizer_is_the_models_recipe() -> None:
+    assert (
+        step.recipe_optimizer("yolo26n.yaml") == "MuSGD" and step.recipe_optimizer("/w/YOLO26s.pt") == "MuSGD"
+    )
+    assert (
+        step.recipe_optimizer("yolo11n.yaml") == "SGD" and step.recipe_optimizer("tiny_detect.yaml") == "SGD"
+    )
+
+
+def test_the_optimizers_step_and_bf16_are_rows_of_the_table() -> None:
+    levers = StepResult(
+        100.0,
+        levers=(
+            LeverStep("bf16", 110.0, 1.1, 0.02, False),
+            LeverStep("channels_last", None, note="x"),
+        ),
+        amp_noise=0.01,
+        batch=16,
+        optimizer="MuSGD",
+        optimizer_step_ms=62.2,
+        optimizer_share=0.61,
+        accumulate=4,
+    )
+    res = bench.BenchResult(**{**_result(step_eager_img_s=100.0).__dict__, "step": levers})
+    row = {line[:30].strip(): line for line in bench.format_table(res).splitlines()}
+    assert "62.2 ms alone, one every 4 steps: 61% of the train step" in row["optimizer step (MuSGD)"]
+    assert "1.10x eager, losses off by 2.00%" in row["with amp=bf16"]
+    assert row["with amp=bf16"].endswith("rig train: yours to give (amp=bf16)")
+    assert json.loads(res.to_json())["step"]["optimizer_share"] == 0.61
 
 
 def test_the_real_run_is_timed_as_telemetry_times_steps() -> None:
@@ -235,6 +308,8 @@ def test_the_device_tails_parts_each_get_a_row() -> None:
         (["--parts", "loader,steps"], "give some of loader,tail,step,run,stock"),
         (["--batch", "0"], "give a whole number >= 1"),
         (["--equal-steps", "x"], "give a whole number >= 1"),
+        (["--optimizer", "lion"], "give one of Ultralytics' SGD,MuSGD,AdamW"),
+        (["--levers", "bf32"], "give some of channels_last,cuda_graphs,fused_optimizer,bf16"),
     ],
 )
 def test_bad_bench_options_are_one_line(

@@ -17,6 +17,7 @@ from rig.launch.binding import make_plan
 from rig.observe import bench, doctor, doctor_gather
 from rig.observe.bench import BenchResult, LoaderResult
 from rig.observe.doctor import Check, DatasetFacts, Facts, GpuFact, Status
+from rig.origins import Origin
 
 from tests.helpers.datasets import make_dataset
 from tests.scripts.fake_nvml import FakeGpu, FakeNvml
@@ -37,6 +38,11 @@ def topo(allowed: frozenset[int] = NODE0 | NODE1, ngpus: int = 2) -> Topology:
 
 # A workstation: libibverbs in the image, no RDMA device, one routed interface.
 NO_FABRIC = fabric.Fabric((), (), True, ("eth0",), None, None, None)
+IMAGE_SITE = "/opt/venv/lib/python3.11/site-packages"
+USER_SITE = "/home/yolo/.local/lib/python3.11/site-packages"
+IMAGE_ULTRALYTICS = Origin(
+    "ultralytics", f"{IMAGE_SITE}/ultralytics", "ultralytics-opencv-headless", "8.4.190"
+)
 
 
 def healthy(**changes: Any) -> Facts:
@@ -54,6 +60,8 @@ def healthy(**changes: Any) -> Facts:
         cap_bnd=1 << doctor.CAP_SYS_NICE,
         numa_nodes=2,
         fabric=NO_FABRIC,
+        ultralytics=IMAGE_ULTRALYTICS,
+        image_ultralytics=IMAGE_ULTRALYTICS,
     )
     return dataclasses.replace(facts, **changes)
 
@@ -74,6 +82,7 @@ def test_a_healthy_box_passes_everything_it_can_check() -> None:
         "stack": PASS,
         "numa": PASS,
         "cap_sys_nice": PASS,
+        "ultralytics": PASS,
         "settings": PASS,
         "dataset": SKIP,
         "read_speed": SKIP,
@@ -281,6 +290,10 @@ def test_dataset_checks(changes: dict[str, Any], statuses: tuple[str, str, str])
 def bench_result(ours_img_s: float, step_img_s: float, bottleneck: str) -> BenchResult:
     loader = LoaderResult(300.0, ours_img_s, ours_img_s / 300.0, [], [], {}, {}, [], 0.0)
     reason = f"loader {ours_img_s:.0f} img/s vs train step {step_img_s:.0f} img/s"
+    if bottleneck == "optimizer":
+        reason += (
+            "; MuSGD's optimizer step takes 61% of the train step (62.2 ms, one every 4 steps of batch 16)"
+        )
     return BenchResult(
         loader, step_img_s, None, bottleneck, reason, {}, "cpu", 4, False, False, None, step_img_s, None, None
     )
@@ -291,6 +304,7 @@ def bench_result(ours_img_s: float, step_img_s: float, bottleneck: str) -> Bench
     [(bench_result(400.0, 900.0, "loader"), None, WARN, "the bottleneck is loader"),
      (bench_result(1500.0, 900.0, "compute"), None, PASS, "the bottleneck is compute"),
      (bench_result(1500.0, 900.0, "host"), None, WARN, "the bottleneck is host"),
+     (bench_result(1500.0, 900.0, "optimizer"), None, WARN, "the bottleneck is optimizer: MuSGD's optimizer"),
      (None, "RuntimeError: CUDA out of memory", FAIL, "rig bench failed")],
 )  # fmt: skip
 def test_bench_names_the_bottleneck(
@@ -300,6 +314,8 @@ def test_bench_names_the_bottleneck(
     assert check.status is status and words in check.detail
     if bench is not None and bench.bottleneck == "host":
         assert "bigger batch" in (check.fix or "")
+    if bench is not None and bench.bottleneck == "optimizer":
+        assert "61% of the train step" in check.detail and "batch above nbs" in (check.fix or "")
 
 
 def test_text_report_prints_fixes_only_for_problems_and_json_lists_every_check() -> None:
@@ -307,7 +323,7 @@ def test_text_report_prints_fixes_only_for_problems_and_json_lists_every_check()
     text = doctor.render_text(checks)
     assert text.count("fix: ") == 2
     assert text.splitlines()[0].startswith("fail  driver")
-    assert text.splitlines()[-1] == "rig doctor: 8 pass, 1 warn, 1 fail, 6 skip"
+    assert text.splitlines()[-1] == "rig doctor: 9 pass, 1 warn, 1 fail, 6 skip"
     data = json.loads(doctor.render_json(checks))
     assert data["ok"] is False
     assert [c["name"] for c in data["checks"]] == [c.name for c in checks]
@@ -505,6 +521,78 @@ def test_user_packages_are_listed_and_a_shadowed_pin_warns() -> None:
     assert warned.status is WARN
     assert "numpy 2.0.0 over the image's 1.26.4" in warned.detail
     assert warned.fix.startswith("`pip uninstall numpy` as yolo")
+
+
+def test_another_ultralytics_warns_naming_both_and_what_turned_off() -> None:
+    mine = Origin("ultralytics", f"{USER_SITE}/ultralytics", "ultralytics", "8.4.100")
+    passed = by_name(healthy())["ultralytics"]
+    assert (
+        passed.detail
+        == f"ultralytics 8.4.190 ({IMAGE_SITE}/ultralytics, ultralytics-opencv-headless): the image's"
+    )
+    off = ("exact resume: off (no torch_utils.qat_state in 8.4.100)",)
+    checks = doctor.run_checks(healthy(ultralytics=mine, ultralytics_off=off))
+    warned = [c for c in checks if c.status is WARN]
+    assert [c.name for c in warned] == ["ultralytics"] and doctor.exit_code(checks) == 0
+    assert warned[0].detail == (
+        f"your sessions and `rig train` import ultralytics 8.4.100 ({USER_SITE}/ultralytics, ultralytics), "
+        f"not the image's ultralytics 8.4.190 ({IMAGE_SITE}/ultralytics, ultralytics-opencv-headless); "
+        "turned off with it: exact resume: off (no torch_utils.qat_state in 8.4.100)"
+    )
+    assert warned[0].fix.startswith("`pip uninstall ultralytics` as yolo")
+    # The same version from another folder is not the image's either.
+    copy = IMAGE_ULTRALYTICS._replace(path="/src/ultralytics/ultralytics", dist="")
+    assert by_name(healthy(ultralytics=copy))["ultralytics"].status is WARN
+    assert by_name(healthy(ultralytics=copy))["ultralytics"].fix.startswith(
+        "take /src/ultralytics/ultralytics off"
+    )
+    assert by_name(healthy(ultralytics=None))["ultralytics"].status is FAIL
+
+
+def test_gather_finds_the_sessions_ultralytics_and_asks_what_turned_off(tmp_path: Path) -> None:
+    root = fake_root(tmp_path)
+    for site, dist, version in (
+        (IMAGE_SITE, "ultralytics_opencv_headless", "8.4.190"),
+        (USER_SITE, "ultralytics", "8.4.100"),
+    ):
+        (root / site.lstrip("/") / "ultralytics").mkdir(parents=True)
+        (root / site.lstrip("/") / "ultralytics" / "__init__.py").write_text("")
+        (root / site.lstrip("/") / f"{dist}-{version}.dist-info").mkdir()
+        (root / site.lstrip("/") / f"{dist}-{version}.dist-info" / "top_level.txt").write_text(
+            "ultralytics\n"
+        )
+    asked: list[Origin] = []
+
+    def turned_off(found: Origin) -> list[str]:
+        asked.append(found)
+        return ["device augmentation: off (8.4.100 lacks it)"]
+
+    env = {"PYTHONPATH": f"/opt/rig/python:{USER_SITE}"}
+    kw: dict[str, Any] = {"root": root, "nvml_module": FakeNvml([FakeGpu()]), "python_path": ["", IMAGE_SITE]}
+    kw["euid"] = 1000  # yolo's sessions, whoever runs the tests
+    facts = doctor_gather.gather(environ=env, turned_off=turned_off, **kw)
+    mine = Origin("ultralytics", f"{USER_SITE}/ultralytics", "ultralytics", "8.4.100")
+    assert facts.ultralytics == mine and asked == [mine]
+    assert facts.image_ultralytics == IMAGE_ULTRALYTICS
+    assert facts.ultralytics_off == ("device augmentation: off (8.4.100 lacks it)",)
+    # By default nothing is known to be off; root's sessions (no PYTHONPATH) import the image's.
+    assert doctor_gather.gather(environ=env, **kw).ultralytics_off == ()
+    assert doctor_gather.gather(environ={}, **kw).ultralytics == IMAGE_ULTRALYTICS
+    assert doctor_gather.gather(environ=env, **{**kw, "euid": 0}).ultralytics == IMAGE_ULTRALYTICS
+    # The user's packages name the pin plain `ultralytics` shadows.
+    (root / "opt/venv/requirements.lock.txt").write_text(
+        "ultralytics-opencv-headless==8.4.190 \\\n    --hash=sha256:00\n"
+    )
+    (root / USER_SITE.lstrip("/") / "numpy-1.0.dist-info").mkdir()
+    facts = doctor_gather.gather(environ=env, **kw)
+    assert facts.user_packages == (
+        ("numpy", "1.0", None),
+        ("ultralytics", "8.4.100", "ultralytics-opencv-headless 8.4.190"),
+    )
+    assert (
+        "ultralytics 8.4.100 over the image's ultralytics-opencv-headless 8.4.190"
+        in by_name(facts)["user packages"].detail
+    )
 
 
 # `rig doctor --data`: the node image cache for the dataset, where it is, how big, how warm.

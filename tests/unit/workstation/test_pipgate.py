@@ -86,3 +86,54 @@ def test_output_passes_through_until_pip_explains_a_failure() -> None:
     assert bar.feed(b"Downloading x (1 MB) 100%\n") == b"Downloading x (1 MB) 100%\n"
     assert bar.feed(b"Th") == b""  # a new line that could still become a trigger
     assert bar.feed(b"at is all\n") == b"That is all\n"
+
+
+# pip 23.0.1's output (the image's) for `pip install ULTRALYTICS_WHEEL` and for a package that needs
+# the desktop OpenCV, under the gate's constraints (userenv.SAME_MODULE).
+SAME_MODULE = """\
+Processing /ul/ultralytics-8.4.100-py3-none-any.whl
+ERROR: Cannot install ultralytics 8.4.100 (from /ul/ultralytics-8.4.100-py3-none-any.whl) because these \
+package versions have conflicting dependencies.
+
+The conflict is caused by:
+    The user requested ultralytics 8.4.100 (from /ul/ultralytics-8.4.100-py3-none-any.whl)
+    The user requested (constraint) ultralytics===0+the.image.has.it.as.ultralytics-opencv-headless
+
+To fix this you could try to:
+"""
+NEEDS_DESKTOP_OPENCV = """\
+The conflict is caused by:
+    needscv 0.1 depends on opencv-python
+    The user requested (constraint) opencv-python===0+the.image.has.it.as.opencv-python-headless
+
+"""
+PINS = {"ultralytics-opencv-headless": "8.4.190", "opencv-python-headless": "4.11.0.86"}
+
+
+def test_the_same_module_under_another_name_is_refused_naming_the_pin_and_the_override() -> None:
+    line = pipgate.pin_conflict(SAME_MODULE, PINS)
+    assert line is not None and "\n" not in line
+    assert line.startswith(
+        "pip: ultralytics 8.4.100 (from /ul/ultralytics-8.4.100-py3-none-any.whl) would replace the "
+        "image's pinned ultralytics-opencv-headless==8.4.190 (/opt/venv/requirements.lock.txt): "
+        "ultralytics installs the same module; keep the image's, or shadow it"
+    ), line
+    assert "RIG_PIP_UNPINNED=1 pip install ultralytics-opencv-headless==VERSION (headless" in line
+    needs = pipgate.pin_conflict(NEEDS_DESKTOP_OPENCV, PINS)
+    assert needs is not None
+    assert needs.startswith(
+        "pip: needscv 0.1 depends on opencv-python would replace the image's pinned "
+        "opencv-python-headless==4.11.0.86"
+    ), needs
+    assert "keep the image's (`pip install --no-deps needscv` keeps it)" in needs
+    assert "RIG_PIP_UNPINNED=1 pip install opencv-python-headless==VERSION" in needs
+
+
+def test_the_same_module_names_are_constrained_only_where_their_twin_is_pinned() -> None:
+    lock = "ultralytics-opencv-headless==8.4.190 \\\n    --hash=sha256:00\n"
+    inv = pipgate.plan(["install", "ultralytics==8.4.100"], ENV, euid=1000, lock_text=lock, home=HOME)
+    assert inv.constraints is not None
+    assert "ultralytics===0+the.image.has.it.as.ultralytics-opencv-headless" in inv.constraints.splitlines()
+    assert not any(line.startswith("opencv") for line in inv.constraints.splitlines())  # no OpenCV pinned
+    unpinned = pipgate.plan(["install", "x"], {**ENV, "RIG_PIP_UNPINNED": "1"}, euid=1000, lock_text=lock)
+    assert unpinned.constraints is None

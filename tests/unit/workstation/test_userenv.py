@@ -38,6 +38,24 @@ def test_constraints_keep_the_pins_and_markers_without_hashes() -> None:
     assert userenv.pins(LOCK) == {"numpy": "1.26.4", "nvidia-nccl-cu12": "2.20.5", "pillow-simd": "10.0.0"}
 
 
+def test_a_name_that_installs_a_pinned_module_shadows_that_pin() -> None:
+    lock = LOCK + "opencv-python-headless==4.11.0.86 \\\n    --hash=sha256:00\n"
+    pins = userenv.pins(lock)
+    assert "opencv-python" not in pins  # its constraint is not a pin
+    assert userenv.constraints(lock).splitlines()[-3:] == [
+        "opencv-python===0+the.image.has.it.as.opencv-python-headless",
+        "opencv-contrib-python===0+the.image.has.it.as.opencv-python-headless",
+        "opencv-contrib-python-headless===0+the.image.has.it.as.opencv-python-headless",
+    ]
+    assert userenv.pinned_as("OpenCV_Python", pins) == ("opencv-python-headless", "4.11.0.86")
+    assert userenv.pinned_as("numpy", pins) == ("numpy", "1.26.4")
+    assert userenv.pinned_as("ultralytics", pins) is None  # its twin is not in this lock
+    assert userenv.refused_as("opencv-python", "===0+the.image.has.it.as.opencv-python-headless") == (
+        "opencv-python-headless"
+    )
+    assert userenv.refused_as("numpy", "==1.26.4") is None
+
+
 def test_session_variables_add_the_users_prefix_once() -> None:
     first = userenv.session_variables({"PATH": "/opt/venv/bin:/usr/bin"}, HOME)
     assert first == {

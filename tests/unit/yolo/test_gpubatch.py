@@ -1,6 +1,7 @@
 """The per-GPU batch from the GPU's memory (rig.yolo.gpubatch): the decision on fake NVML facts for 16, 24,
-80 and 141 GB GPUs and YOLO11n/s/m/x, its rules (never above nbs, a total that divides nbs, the smallest
-GPU counts), then `rig train --dry-run` on a fake /sys with a fake NVML: the batch it passes and its line."""
+80 and 141 GB GPUs and YOLO11n/s/m/x and YOLO26n/s/m/x, the memory model against what a crowded image's
+train step measured, its rules (never above nbs, a total that divides nbs, the smallest GPU counts),
+then `rig train --dry-run` on a fake /sys with a fake NVML: the batch it passes and its line."""
 
 from __future__ import annotations
 
@@ -37,7 +38,28 @@ EXPECTED = {
     (16, "yolo11s"): 16, (24, "yolo11s"): 32, (80, "yolo11s"): 64, (141, "yolo11s"): 64,
     (16, "yolo11m"): 8, (24, "yolo11m"): 16, (80, "yolo11m"): 64, (141, "yolo11m"): 64,
     (16, "yolo11x"): 4, (24, "yolo11x"): 8, (80, "yolo11x"): 32, (141, "yolo11x"): 64,
+    (16, "yolo26n"): 32, (24, "yolo26n"): 32, (80, "yolo26n"): 64, (141, "yolo26n"): 64,
+    (16, "yolo26s"): 16, (24, "yolo26s"): 32, (80, "yolo26s"): 64, (141, "yolo26s"): 64,
+    (16, "yolo26m"): 8, (24, "yolo26m"): 16, (80, "yolo26m"): 64, (141, "yolo26m"): 64,
+    (16, "yolo26x"): 4, (24, "yolo26x"): 8, (80, "yolo26x"): 32, (141, "yolo26x"): 64,
 }  # fmt: skip
+
+# A train step's memory per image at 640 px with 100 boxes in each image (a crowded one), fp32 and AMP,
+# MiB: tools/measure_activation_bytes.py --imgsz 640 --objects 100 in the image, the largest of two runs
+# (BENCHMARKS.md "Memory per image"). YOLO26's end-to-end head assigns each box twice.
+CROWDED = {
+    "yolo11n": (156, 303),
+    "yolo11s": (262, 515),
+    "yolo26n": (178, 341),
+    "yolo26s": (316, 617),
+}
+
+
+@pytest.mark.parametrize("model", list(CROWDED))
+def test_the_memory_per_image_covers_a_crowded_images_measured_step(model: str) -> None:
+    amp, fp32 = CROWDED[model]
+    assert gpubatch.image_bytes(model, 640, amp=False, nc=80) >= fp32 * (1 << 20)
+    assert gpubatch.image_bytes(model, 640, amp=True, nc=80) >= amp * (1 << 20)
 
 
 @pytest.mark.parametrize(("size", "model"), list(EXPECTED))
@@ -61,7 +83,7 @@ def test_the_reason_names_the_bound_and_the_optimizer_steps() -> None:
 
 
 def test_more_memory_never_means_a_smaller_batch_and_bigger_images_a_bigger_one() -> None:
-    for model in ("yolo11n", "yolo11s", "yolo11m", "yolo11x"):
+    for model in ("yolo11n", "yolo11s", "yolo11m", "yolo11x", "yolo26n", "yolo26s", "yolo26m", "yolo26x"):
         batches = [
             gpubatch.decide(model=model, imgsz=640, gpus=[_gpu(s)], world=1, nbs=64).per_gpu for s in CARDS
         ]
@@ -172,4 +194,4 @@ def test_rig_train_without_batch_takes_it_from_the_gpus_memory(
 
 def test_the_line_for_a_model_without_a_figure_names_those_with_one() -> None:
     choice = gpubatch.decide(model="yolov5s.pt", imgsz=640, gpus=[_gpu(80)], world=1, nbs=64)
-    assert "(measured: yolo11n/s/m/l/x, yolo26n/s" in choice.reason
+    assert "(measured: yolo11n/s/m/l/x, yolo26n/s/m/l/x)" in choice.reason

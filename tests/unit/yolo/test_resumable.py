@@ -11,12 +11,16 @@ from rig.yolo import resumable
 
 
 def test_position_is_read_from_rigs_key_only() -> None:
-    state = {"format": 1, "epoch": 2, "done": 7, "batches": 16, "saved": 12.5}
+    state = {"format": resumable.FORMAT, "epoch": 2, "done": 7, "batches": 16, "saved": 12.5}
     where = resumable.position({"epoch": 1, resumable.RESUME_KEY: state})
     assert where == resumable.Position(2, 7, 16, 12.5) and where.mid_epoch
     assert resumable.position({"epoch": 1}) is None  # Ultralytics' own checkpoint
     assert resumable.position({resumable.RESUME_KEY: None}) is None  # stripped at the end of training
     assert resumable.position({resumable.RESUME_KEY: {**state, "format": 99}}) is None  # another rig's
+    old = resumable.position(
+        {resumable.RESUME_KEY: {**state, "format": 1}}
+    )  # rig 0.2.0's: fp32 in Ultralytics' keys
+    assert old == resumable.Position(2, 7, 16, 12.5)
     assert resumable.position(None) is None
 
 
@@ -44,55 +48,38 @@ class _Model:
 
 
 def _trainer(scaler_enabled: bool) -> SimpleNamespace:
-    scaler = SimpleNamespace(
-        state_dict=lambda: {"scale": 1024.0, "_growth_tracker": 3} if scaler_enabled else {},
-        is_enabled=lambda: scaler_enabled,
-        get_scale=lambda: 1024.0,
-    )
+    scaler = SimpleNamespace(is_enabled=lambda: scaler_enabled, get_scale=lambda: 1024.0)
     return SimpleNamespace(
         train_loader=[0] * 10,
-        best_fitness=0.5,
-        stopper=SimpleNamespace(best_fitness=0.5, best_epoch=1),
-        ema=SimpleNamespace(updates=42),
+        ema=SimpleNamespace(updates=42, ema=SimpleNamespace(state_dict=lambda: {"w": "ema weights"})),
         optimizer=SimpleNamespace(state_dict=lambda: {"state": {}}, param_groups=[{"lr": 0.01}]),
         scaler=scaler,
-        args=SimpleNamespace(epochs=3),
-        metrics={},
-        fitness=0.5,
-        read_results_csv=lambda: {},
         loss_names=("box",),
+        loss_items=None,
+        loss=None,
     )
 
 
-def _contents(trainer: SimpleNamespace, done: int, last_opt_step: int, epoch: int = 2) -> dict[str, Any]:
-    git = SimpleNamespace(root="/", branch=None, commit=None, message=None, origin=None)
-    return resumable.contents(
-        trainer,
-        epoch,
-        done,
-        last_opt_step,
-        None,
-        model=_Model(),
-        ema="ema",
-        modelopt=None,
-        git=git,
-        version="8",
-    )
+def _checkpoint(trainer: SimpleNamespace, done: int, last_opt_step: int, epoch: int = 2) -> dict[str, Any]:
+    """Ultralytics' checkpoint (the keys stock resume reads) as rig's save leaves it: its `epoch` set,
+    rig's keys added (rig.yolo.trainer.saves)."""
+    rig = resumable.state(trainer, epoch, done, last_opt_step, None, model=_Model())  # type: ignore[arg-type]
+    return {"epoch": resumable.stock_epoch(epoch), "optimizer": {"fp16": True}, resumable.RESUME_KEY: rig}
 
 
-def test_the_saved_state_holds_the_scaler_and_the_scale_its_gradients_were_accumulated_under() -> None:
-    on_gpu = _contents(_trainer(scaler_enabled=True), done=5, last_opt_step=20)
-    assert on_gpu["scaler"] == {"scale": 1024.0, "_growth_tracker": 3} and on_gpu["updates"] == 42
+def test_the_saved_state_holds_the_scale_its_gradients_were_accumulated_under() -> None:
+    on_gpu = _checkpoint(_trainer(scaler_enabled=True), done=5, last_opt_step=20)
     state = on_gpu[resumable.RESUME_KEY]
     assert state["grad_scale"] == 1024.0 and state["gradients"] == {"w": "grad"}
     assert (state["epoch"], state["done"], state["batches"], state["last_opt_step"]) == (2, 5, 10, 20)
+    assert state["ema"] == {"w": "ema weights"} and state["model"] == {"w": "weights"}  # fp32, as trained
     assert on_gpu["epoch"] == 1  # Ultralytics': the last whole epoch
-    on_cpu = _contents(_trainer(scaler_enabled=False), done=5, last_opt_step=20)
-    assert on_cpu["scaler"] == {} and on_cpu[resumable.RESUME_KEY]["grad_scale"] == 1.0
+    on_cpu = _checkpoint(_trainer(scaler_enabled=False), done=5, last_opt_step=20)
+    assert on_cpu[resumable.RESUME_KEY]["grad_scale"] == 1.0
 
 
 def test_gradients_are_kept_only_when_batches_were_trained_since_the_last_step() -> None:
-    stepped = _contents(_trainer(scaler_enabled=False), done=5, last_opt_step=24)  # 2 * 10 + 5 - 1
+    stepped = _checkpoint(_trainer(scaler_enabled=False), done=5, last_opt_step=24)  # 2 * 10 + 5 - 1
     assert stepped[resumable.RESUME_KEY]["gradients"] == {}
 
 
@@ -120,7 +107,7 @@ def _stock_start(ckpt: dict[str, Any], epochs: int) -> int | None:
 def test_stock_ultralytics_resumes_every_checkpoint_and_rig_its_own_position(
     epoch: int, done: int, stock: int
 ) -> None:
-    ckpt = _contents(_trainer(scaler_enabled=False), done=done, last_opt_step=-1, epoch=epoch)
+    ckpt = _checkpoint(_trainer(scaler_enabled=False), done=done, last_opt_step=-1, epoch=epoch)
     assert _stock_start(ckpt, epochs=3) == stock
     where = resumable.position(ckpt)
     assert where is not None and (where.epoch, where.done) == (epoch, done)

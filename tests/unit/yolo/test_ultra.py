@@ -56,7 +56,7 @@ def test_datasets_dir_seen_from_a_root(tmp_path: Path) -> None:
 
 
 def test_fallbacks_without_ultralytics() -> None:
-    if ultra.optional() is not None:
+    if ultra.importable():
         pytest.skip("Ultralytics is installed here: the image test compares the fallbacks with it")
     assert ultra.default("imgsz") == ultra.DEFAULT_IMGSZ == 640
     assert ultra.default("batch") == ultra.DEFAULT_BATCH == 16
@@ -64,7 +64,7 @@ def test_fallbacks_without_ultralytics() -> None:
     assert ultra.version() == ""
     assert ultra.check_dataset("coco8.yaml") is None
     with pytest.raises(ImportError):
-        ultra.module("cfg")
+        ultra.cfg_module()
 
 
 @pytest.mark.parametrize(
@@ -73,3 +73,19 @@ def test_fallbacks_without_ultralytics() -> None:
 )
 def test_smart_value_fallback_types_switches_and_numbers(text: str, value: object) -> None:
     assert ultra.smart_value(text) == value
+
+
+def test_a_swap_takes_only_the_names_the_contract_lists_and_puts_everything_back() -> None:
+    from types import SimpleNamespace
+
+    from rig.yolo import contract
+
+    module = SimpleNamespace(check_amp="theirs")
+    with ultra.swapped(contract.EngineTrainer, module, check_amp="ours", enumerate="numbered"):
+        assert (module.check_amp, module.enumerate) == ("ours", "numbered")  # type: ignore[attr-defined]
+    assert module.check_amp == "theirs" and not hasattr(module, "enumerate")  # a builtin it reads: removed
+    listed_as_called = ultra.swapped(contract.CfgModule, module, get_cfg="ours")
+    with pytest.raises(TypeError, match="get_cfg: not listed as swapped"), listed_as_called:
+        pass
+    swaps = {"InfiniteDataLoader", "YOLODataset", "YOLOMultiModalDataset"}
+    assert ultra.swappable(contract.DataBuild) == swaps

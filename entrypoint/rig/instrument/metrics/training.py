@@ -21,7 +21,7 @@ from typing import Any
 from rig import log, versions
 from rig.instrument.metrics import config
 from rig.instrument.metrics.node import serve_node
-from rig.yolo import ultra
+from rig.yolo import contract, ultra
 
 LOG = log.get("metrics")
 
@@ -142,18 +142,18 @@ class Publisher:
         self._last_loss = -math.inf
 
     # every rank
-    def on_train_epoch_start(self, trainer: Any) -> None:
+    def on_train_epoch_start(self, trainer: contract.Trainer) -> None:
         self._mark = self._clock()
         self._seen = self._batches_done = 0
         if self.rank == 0:
             self.s.epoch.set(int(trainer.epoch) + 1)
             self.s.epochs.set(int(trainer.epochs))
 
-    def on_train_batch_start(self, trainer: Any) -> None:
+    def on_train_batch_start(self, trainer: contract.Trainer) -> None:
         now = self._clock()
         self._wait = now - self._mark if self._mark is not None else 0.0
 
-    def on_train_batch_end(self, trainer: Any) -> None:
+    def on_train_batch_end(self, trainer: contract.Trainer) -> None:
         now = self._clock()
         if self._mark is None:
             return
@@ -173,7 +173,7 @@ class Publisher:
                 self._losses(trainer)
 
     # rank 0 (Ultralytics runs these on rank 0 only, or they only matter there)
-    def on_train_start(self, trainer: Any) -> None:
+    def on_train_start(self, trainer: contract.Trainer) -> None:
         self._t0 = self._clock()
         if self.rank != 0:
             return
@@ -188,7 +188,7 @@ class Publisher:
         self.s.epochs.set(int(trainer.epochs))
         self._progress(trainer, 0, 1)  # a resumed run starts part of the way
 
-    def on_fit_epoch_end(self, trainer: Any) -> None:
+    def on_fit_epoch_end(self, trainer: contract.Trainer) -> None:
         if self.rank != 0:
             return
         self._progress(trainer, 1, 1)  # the epoch with its validation
@@ -198,15 +198,15 @@ class Publisher:
             if value is not None:
                 self.s.val[name].set(float(value))
 
-    def on_model_save(self, trainer: Any) -> None:
+    def on_model_save(self, trainer: contract.Trainer) -> None:
         if self.rank == 0:
             self.s.checkpoint.set(time.time())
 
-    def on_train_end(self, trainer: Any) -> None:
+    def on_train_end(self, trainer: contract.Trainer) -> None:
         if self.rank == 0:
             self.s.eta.set(0)
 
-    def _progress(self, trainer: Any, batches_done: int, batches: int) -> None:
+    def _progress(self, trainer: contract.Trainer, batches_done: int, batches: int) -> None:
         start = int(getattr(trainer, "start_epoch", 0) or 0)
         epoch = int(getattr(trainer, "epoch", start) or 0)  # Ultralytics sets it at the first epoch
         p = progress(epoch, batches_done, batches, int(trainer.epochs), start, self._clock() - self._t0)
@@ -214,19 +214,19 @@ class Publisher:
         if p.eta_s is not None:
             self.s.eta.set(p.eta_s)
 
-    def _losses(self, trainer: Any) -> None:
+    def _losses(self, trainer: contract.Trainer) -> None:
         tloss = getattr(trainer, "tloss", None)
         if not isinstance(tloss, Mapping):
             return
         for name, value in tloss.items():
             self.s.loss.labels(str(name).removesuffix("_loss")).set(float(value))
 
-    def _learning_rates(self, trainer: Any) -> None:
+    def _learning_rates(self, trainer: contract.Trainer) -> None:
         optimizer = getattr(trainer, "optimizer", None)
         for group, params in enumerate(getattr(optimizer, "param_groups", ()) or ()):
             self.s.lr.labels(str(group)).set(float(params["lr"]))
 
-    def callbacks(self) -> dict[str, Callable[[Any], None]]:
+    def callbacks(self) -> dict[str, Callable[[contract.Trainer], None]]:
         names = (
             "on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_train_batch_end",
             "on_fit_epoch_end", "on_model_save", "on_train_end",
@@ -238,18 +238,19 @@ def _ultralytics_version() -> str:
     return ultra.version()
 
 
-def _shard_size(loader: Any) -> int | None:
+def _shard_size(loader: contract.Loader | None) -> int | None:
+    """The images of this rank's share of the epoch; None where the sampler has no length."""
     try:
-        return len(loader.sampler)
-    except Exception:
+        return len(loader.sampler) if loader is not None else None
+    except TypeError:  # a sampler without __len__
         return None
 
 
-def _guarded(callback: Callable[[Any], None]) -> Callable[[Any], None]:
+def _guarded(callback: Callable[[contract.Trainer], None]) -> Callable[[contract.Trainer], None]:
     """Metrics never stop a run: a failure is one INFO line, then that callback stays quiet."""
     failed = False
 
-    def run(trainer: Any) -> None:
+    def run(trainer: contract.Trainer) -> None:
         nonlocal failed
         if failed:
             return

@@ -16,7 +16,7 @@ from typing import Any
 from rig import log
 from rig.observe.bench import tail
 from rig.observe.bench.results import BenchOptions, LoaderResult, Plan
-from rig.yolo import device_augment, overlay, tuning, ultra
+from rig.yolo import contract, device_augment, overlay, tuning, ultra
 from rig.yolo.nodecache import cached_dataset
 
 _logger = log.get("bench")
@@ -32,8 +32,9 @@ def settings(
     # plain environment (tools/gpu_check.sh) cfg is stock and the overlay is read from
     # RIG_CONFIGS_DIR. Keys the overlay leaves alone are the same in both.
     upstream, ours_static = overlay.upstream_values(), overlay.overlay_values()
-    stock: dict[str, Any] = {k: upstream.get(k, cfg[k]) for k in LOADER_KEYS}
-    ours: dict[str, Any] = {k: ours_static.get(k, cfg[k]) for k in LOADER_KEYS}
+    defaults = {"cache": cfg["cache"], "workers": cfg["workers"]}  # LOADER_KEYS
+    stock: dict[str, Any] = {k: upstream.get(k, defaults[k]) for k in LOADER_KEYS}
+    ours: dict[str, Any] = {k: ours_static.get(k, defaults[k]) for k in LOADER_KEYS}
     user: dict[str, str] = {"imgsz": str(opts.imgsz), "batch": str(batch)}
     if opts.workers is not None:
         user["workers"] = str(opts.workers)
@@ -66,7 +67,7 @@ def dataset(
     return ds, time.perf_counter() - t0
 
 
-def loader_img_s(dataset: Any, batch: int, workers: int, batches: int, device: str) -> float:
+def loader_img_s(dataset: contract.Dataset, batch: int, workers: int, batches: int, device: str) -> float:
     loader = ultra.build_dataloader(dataset, batch, workers, shuffle=True, rank=-1, device=device)
     try:
         it = forever(loader)
@@ -82,13 +83,13 @@ def loader_img_s(dataset: Any, batch: int, workers: int, batches: int, device: s
         gc.collect()
 
 
-def forever(loader: Any) -> Iterator[Any]:
+def forever(loader: contract.Loader) -> Iterator[Any]:
     """Batches across epoch ends: Ultralytics' loader keeps its workers between epochs."""
     while True:
         yield from loader
 
 
-def batches(dataset: Any, batch: int, count: int) -> list[dict[str, Any]]:
+def batches(dataset: contract.Dataset, batch: int, count: int) -> list[dict[str, Any]]:
     """The first `count` batches of a dataset, in order, loaded in this process (the step's input)."""
     loader = ultra.build_dataloader(dataset, batch, 0, shuffle=False, rank=-1, device="cpu")
     out = []

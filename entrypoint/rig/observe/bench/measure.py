@@ -38,6 +38,7 @@ from rig.observe.bench.results import (
     StepResult,
     TrainResult,
     charge,
+    optimizer_dominates,
     verdict,
 )
 from rig.yolo import datasets, gpubatch, ultra
@@ -199,11 +200,16 @@ def run_bench(opts: BenchOptions) -> BenchResult:
 
     train: TrainResult | None = None
     stock_train: TrainResult | None = None
+    optimizer = opts.optimizer or step.recipe_optimizer(opts.model)  # the real runs train with the step's
     if device.type == "cuda" and "run" in opts.parts:
         levers = steplevers.decide(
             {}, steplevers.read_record(key, steplevers.record_dir()), key=key, cpu=False, run_steps=LONG_RUN
         )
-        settings = {**{k: ours_settings[k] for k in loader.LOADER_KEYS}, **_typed(levers.args)}
+        settings = {
+            **{k: ours_settings[k] for k in loader.LOADER_KEYS},
+            "optimizer": optimizer,
+            **_typed(levers.args),
+        }
         train = realrun.run(
             data_yaml,
             opts,
@@ -217,6 +223,7 @@ def run_bench(opts: BenchOptions) -> BenchResult:
         _logger.info("real run, ours: %.1f img/s (%s)", train.img_s, realrun.describe(train))
     if device.type == "cuda" and "stock" in opts.parts:
         stock_settings, _, _ = loader.settings(opts, n_train, batch)
+        stock_settings = {**stock_settings, "optimizer": optimizer}
         stock_batch = opts.batch if opts.batch is not None else int(ultra.default("batch"))
         stock_train = realrun.run(
             data_yaml, opts, device, stock=True, batch=stock_batch, settings=stock_settings, steps=p.run_steps
@@ -224,8 +231,10 @@ def run_bench(opts: BenchOptions) -> BenchResult:
         _logger.info("real run, stock: %.1f img/s (%s)", stock_train.img_s, realrun.describe(stock_train))
     if train is None and not (loader_result.ours_img_s and step_img_s):
         bottleneck, why = "unknown", "the loader or the step was not measured (--parts)"
+        if dominant := optimizer_dominates(steps):  # the step alone says as much
+            bottleneck, why = "optimizer", dominant
     else:
-        bottleneck, why = verdict(train, loader_result.ours_img_s, step_img_s)
+        bottleneck, why = verdict(train, loader_result.ours_img_s, step_img_s, steps)
     return BenchResult(
         loader=loader_result,
         step_img_s=step_img_s,

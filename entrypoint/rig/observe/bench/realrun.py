@@ -24,7 +24,7 @@ from rig.instrument import telemetry
 from rig.instrument.telemetry import StepTimer, StepTotals
 from rig.launch import trainer as launch_trainer
 from rig.observe.bench.results import BenchOptions, TrainResult, train_result
-from rig.yolo import ultra
+from rig.yolo import contract, ultra
 
 STARTUP_BATCHES = 3  # the first batches (workers starting, cuDNN autotuning, compiling) are not throughput
 SAMPLE_S = 0.1  # NVML read interval while a run is measured
@@ -71,7 +71,7 @@ def run(
     window: dict[str, float] = {}
     totals = StepTotals()
 
-    def batch_end(trainer: Any) -> None:
+    def batch_end(trainer: contract.Trainer) -> None:
         nonlocal seen, totals
         timer.batch_end()
         seen += 1

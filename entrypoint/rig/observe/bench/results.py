@@ -17,6 +17,9 @@ from rig.launch import steplevers
 from rig.observe import cachebench
 from rig.yolo import ultra
 
+BF16 = "bf16"  # Ultralytics' amp=bf16 against fp16: measured beside the levers, never switched on by rig
+MEASURED = (*steplevers.LEVERS, BF16)  # what the step measures beside eager
+
 
 @dataclass(frozen=True)
 class BenchOptions:
@@ -37,10 +40,11 @@ class BenchOptions:
     # cache=ram with this many ranks at once, stock against the node image cache (rig.observe.cachebench);
     # None: the ranks `rig train` would start (skipped by --quick), 0: not measured.
     ranks: int | None = None
-    levers: tuple[str, ...] = steplevers.LEVERS  # the step with each of these beside eager; (): none
+    levers: tuple[str, ...] = MEASURED  # the step with each of these beside eager; (): none
     equal_steps: int | None = None  # steps whose losses are compared; None: 50 on a GPU, fewer on the CPU
     parts: tuple[str, ...] = ("loader", "tail", "step", "run", "stock")  # what to measure
     record: bool = True  # write the levers' measurement where `rig train` reads it
+    optimizer: str | None = None  # Ultralytics' optimizer name; None: the model family's recipe
 
 
 PARTS = ("loader", "tail", "step", "run", "stock")
@@ -109,6 +113,9 @@ class StepResult:
     batch: int = 0
     optimizer: str = ""
     eager_losses: tuple[float, ...] = ()  # the first equal_steps steps' losses, eager
+    optimizer_step_ms: float | None = None  # one optimizer step alone (unscale, clip, step, zero, EMA)
+    optimizer_share: float | None = None  # its share of a train step (one every `accumulate` steps)
+    accumulate: int = 1  # steps per optimizer step: nbs / batch
 
 
 @dataclass(frozen=True)
@@ -171,19 +178,41 @@ def train_result(
 
 
 HOST_BOUND_UTIL = 50.0  # % busy: below it, with the loader keeping up, the step's host side bounds it
+OPTIMIZER_DOMINANT = 0.5  # the optimizer step's share of a train step from which it is the bottleneck
 
 
-def verdict(train: TrainResult | None, ours_img_s: float, step_img_s: float) -> tuple[str, str]:
-    """The bottleneck and why: "loader" (the GPU waits for data), "host" (the loader keeps up but the
-    GPU is idle most of each step: Python, kernel launches, the optimizer and EMA on the CPU side;
-    measured on an H200 with YOLO11n at batch 16: GPU busy a few %, batch 64 2.6x the images/s), or
-    "compute". Without a real run (no GPU), the loader's rate against the train step's."""
+def optimizer_dominates(step: StepResult | None) -> str | None:
+    """Why the optimizer step is the bottleneck, where it takes most of the train step; else None."""
+    if step is None or step.optimizer_share is None or step.optimizer_share < OPTIMIZER_DOMINANT:
+        return None
+    return (
+        f"{step.optimizer}'s optimizer step takes {step.optimizer_share:.0%} of the train step "
+        f"({step.optimizer_step_ms:.1f} ms, one every {step.accumulate} steps of batch {step.batch}); "
+        f"each serves nbs images whatever the batch, so a batch above nbs (YOLO26's recipe trains at 128) "
+        "or a faster optimizer step (a newer Ultralytics) is what speeds training up"
+    )
+
+
+def verdict(
+    train: TrainResult | None, ours_img_s: float, step_img_s: float, step: StepResult | None = None
+) -> tuple[str, str]:
+    """The bottleneck and why: "loader" (the GPU waits for data), "optimizer" (the loader keeps up and
+    the optimizer step, timed alone, takes most of the train step: MuSGD on a small model), "host"
+    (the loader keeps up but the GPU is idle most of each step: Python, kernel launches, the optimizer
+    and EMA on the CPU side; measured on an H200 with YOLO11n at batch 16: GPU busy a few %, batch 64
+    2.6x the images/s), or "compute". Without a real run (no GPU), the loader's rate against the train
+    step's."""
+    optimizer = optimizer_dominates(step)
     if train is None:
-        bottleneck = "loader" if ours_img_s < step_img_s else "compute"
-        return bottleneck, f"loader {rate(ours_img_s)} img/s vs train step {rate(step_img_s)} img/s"
+        figures = f"loader {rate(ours_img_s)} img/s vs train step {rate(step_img_s)} img/s"
+        if ours_img_s < step_img_s:
+            return "loader", figures
+        return ("optimizer", f"{figures}; {optimizer}") if optimizer else ("compute", figures)
     waited = f"{train.data_wait_fraction:.0%} of the real run's step time waited for data"
     if train.data_wait_fraction > 0.1:
         return "loader", waited
+    if optimizer:
+        return "optimizer", f"{waited}; {optimizer}"
     if train.gpu_util_mean is not None and train.gpu_util_mean < HOST_BOUND_UTIL:
         return "host", (
             f"{waited}, yet the GPU was busy {train.gpu_util_mean:.0f}% of its steps: each step waits "

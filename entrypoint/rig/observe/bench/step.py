@@ -1,9 +1,17 @@
 """The train step alone, on batches already on the device: eager, then with each of the step's levers
-(rig.launch.steplevers), then (with --compile) compiled, each from the same weights on the same batches.
+(rig.launch.steplevers) and Ultralytics' `amp=bf16`, then (with --compile) compiled, each from the same
+weights on the same batches.
 
 A step is Ultralytics' own: autocast forward and loss, the scaled backward, and every
 `round(nbs / batch)` steps the optimizer step as its trainer takes it (unscale, clip the gradients'
-norm at 10, GradScaler's step and update, zero the gradients, update the EMA).
+norm at 10, GradScaler's step and update, zero the gradients, update the EMA), with the optimizer its
+trainer builds (its parameter groups): the model family's recipe (MuSGD for YOLO26, SGD otherwise) or
+--optimizer. The optimizer step is also timed alone, on the eager run's gradients, for its share of
+the step: with MuSGD on a small model it can be most of it.
+
+`amp=bf16` is measured against the fp16 step where the GPU has native bfloat16 (Ultralytics' own
+autocast decides, and says why not): bfloat16 autocast and no GradScaler, as its trainer runs it.
+rig train does not switch it on; the table says what it would give.
 
 Each variant runs the same steps from the same start: the first `equal_steps` losses are kept (on the
 device, read after the timing, so reading them adds no host sync), and the steps after the warm-up are
@@ -22,6 +30,7 @@ import dataclasses
 import gc
 import importlib
 import shutil
+import statistics
 import sysconfig
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,7 +40,7 @@ from typing import Any
 
 from rig import log
 from rig.launch import steplevers
-from rig.observe.bench.results import BenchOptions, LeverStep, Plan, StepResult, rate
+from rig.observe.bench.results import BF16, BenchOptions, LeverStep, Plan, StepResult, rate
 from rig.yolo import device_augment, optkernels, ultra
 
 _logger = log.get("bench")
@@ -40,6 +49,29 @@ NOMINAL_BATCH = 64  # Ultralytics' nbs: the step accumulates gradients up to it
 # Steps whose losses are compared; on the CPU (a step of YOLO11n at 640 px: seconds) the timed ones.
 GPU_EQUAL_STEPS = 50
 CPU_NOISE = 1e-3  # relative: the bound of a lever's losses on the CPU (see the module's docstring)
+# Ultralytics' optimizer names (BaseTrainer.build_optimizer's; "auto" picks one from the run's length,
+# which a bench has not got).
+OPTIMIZERS = ("SGD", "MuSGD", "AdamW", "Adam", "Adamax", "NAdam", "RAdam", "RMSprop")
+OPTIMIZER_TIMINGS = 3  # optimizer steps timed alone; the median counts
+
+
+def recipe_optimizer(model: str) -> str:
+    """The optimizer a model family's recipe trains with: MuSGD for YOLO26 (Ultralytics' recipe names it;
+    optimizer=auto picks it for runs over 10,000 iterations), SGD for the others."""
+    return "MuSGD" if Path(model).stem.lower().startswith("yolo26") else "SGD"
+
+
+def trainer_optimizer(model: Any, name: str, *, nc: int, batch: int) -> Any:
+    """The optimizer Ultralytics' trainer builds for this model (its parameter groups; MuSGD's matrices
+    apart, its head's at 3x the rate), at its default lr0 and momentum, the weight decay scaled by the
+    images per optimizer step as it scales it."""
+    cfg = ultra.default_cfg()
+    accumulate = max(round(NOMINAL_BATCH / batch), 1)
+    decay = float(cfg["weight_decay"]) * batch * accumulate / NOMINAL_BATCH
+    # build_optimizer reads its trainer's args and data only for optimizer=auto, never named here.
+    return ultra.build_optimizer(
+        model, name, lr=float(cfg["lr0"]), momentum=float(cfg["momentum"]), decay=decay, nc=nc
+    )
 
 
 def _torch() -> Any:
@@ -67,6 +99,7 @@ class Variant:
     channels_last: bool = False
     fused: bool = False
     compile_mode: str | None = None
+    bf16: bool = False  # Ultralytics' amp=bf16: bfloat16 autocast, no GradScaler
 
 
 @dataclass(frozen=True)
@@ -76,6 +109,8 @@ class Run:
     first_step_s: float
     step_s: float  # a timed step's mean
     note: str | None = None  # what the variant did (the optimizer's kernels)
+    optimizer_s: float | None = None  # one optimizer step alone (timed only where asked)
+    optimizer_share: float | None = None  # its share of a step, each step's part of it counted
 
 
 def loss_gap(losses: Sequence[float], reference: Sequence[float]) -> float:
@@ -108,6 +143,10 @@ class _Steps:
             self.batches.append(b)
         self.batch = int(self.batches[0]["img"].shape[0])
         self.accumulate = max(round(NOMINAL_BATCH / self.batch), 1)
+        self.optimizer_name = opts.optimizer or recipe_optimizer(opts.model)
+
+    def optimizer(self, model: Any) -> Any:
+        return trainer_optimizer(model, self.optimizer_name, nc=self.nc, batch=self.batch)
 
     def model(self, v: Variant) -> Any:
         torch = _torch()
@@ -121,25 +160,28 @@ class _Steps:
         model.train()
         return model
 
-    def run(self, v: Variant, steps: int, warmup: int) -> Run:
-        """`steps` steps of the variant; the losses of all, the time of those after `warmup`."""
+    def run(self, v: Variant, steps: int, warmup: int, time_optimizer: bool = False) -> Run:
+        """`steps` steps of the variant; the losses of all, the time of those after `warmup`; with
+        time_optimizer, then the optimizer step alone."""
         try:
-            return self._run(v, steps, warmup)
+            return self._run(v, steps, warmup, time_optimizer)
         finally:  # the variant's model, optimizer and graphs go before the next one is built
             gc.collect()
             if self.device.type == "cuda":
                 _torch().cuda.empty_cache()
 
-    def _run(self, v: Variant, steps: int, warmup: int) -> Run:
+    def _run(self, v: Variant, steps: int, warmup: int, time_optimizer: bool) -> Run:
         torch = _torch()
         cuda = self.device.type == "cuda"
         model = self.model(v)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
+        opt = self.optimizer(model)
         note = None
         if v.fused:
             opt, note = optkernels.with_fast_kernels(opt)
-        scaler = _grad_scaler(torch, v.amp and cuda)
+        scaler = _grad_scaler(torch, v.amp and cuda and not v.bf16)
         ema = ultra.model_ema(model)
+        autocast = ultra.torch_utils().autocast
+        precision = torch.bfloat16 if v.bf16 else v.amp
         forward = torch.compile(model, mode=v.compile_mode) if v.compile_mode else None
         batches = [
             {**b, "img": b["img"].contiguous(memory_format=torch.channels_last)} if v.channels_last else b
@@ -147,9 +189,9 @@ class _Steps:
         ]
         losses = []
 
-        def step(i: int) -> None:
+        def forward_backward(i: int) -> None:
             batch = batches[i % len(batches)]
-            with torch.autocast(self.device.type, enabled=v.amp):
+            with autocast(precision, device=self.device.type):  # Ultralytics' own, bf16's check in it
                 if forward is None:
                     loss, _ = model(batch)
                 else:  # as Ultralytics' trainer runs a compiled model: the forward compiled, the loss eager
@@ -157,13 +199,19 @@ class _Steps:
             loss = loss.sum()
             losses.append(loss.detach())
             scaler.scale(loss).backward()
+
+        def optimizer_step() -> None:
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            ema.update(model)
+
+        def step(i: int) -> None:
+            forward_backward(i)
             if (i + 1) % self.accumulate == 0:
-                scaler.unscale_(opt)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
-                scaler.step(opt)
-                scaler.update()
-                opt.zero_grad()
-                ema.update(model)
+                optimizer_step()
 
         def sync() -> None:
             if cuda:
@@ -182,9 +230,40 @@ class _Steps:
             step(i)
         sync()
         timed = max(steps - max(warmup, 1), 1)
-        step_s = (time.perf_counter() - t0) / timed
+        timed_s = time.perf_counter() - t0
+        step_s = timed_s / timed
         values = [float(x) for x in torch.stack(losses).float().cpu().tolist()]
-        return Run(values, self.batch / step_s, first, step_s, note)
+        run = Run(values, self.batch / step_s, first, step_s, note)
+        if not time_optimizer:
+            return run
+        # The optimizer step alone, on the gradients of one more step, restored before each timing.
+        forward_backward(steps)
+        params = [p for p in model.parameters() if p.grad is not None]
+        grads = [p.grad.detach().clone() for p in params]
+        times = []
+        for _ in range(OPTIMIZER_TIMINGS):
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g.clone()
+            sync()
+            t0 = time.perf_counter()
+            optimizer_step()
+            sync()
+            times.append(time.perf_counter() - t0)
+        optimizer_s = statistics.median(times)
+        in_timed = sum(1 for i in range(max(warmup, 1), steps) if (i + 1) % self.accumulate == 0)
+        share = optimizer_share(timed_s, timed, in_timed, optimizer_s, self.accumulate)
+        return dataclasses.replace(run, optimizer_s=optimizer_s, optimizer_share=share)
+
+
+def optimizer_share(
+    timed_s: float, steps: int, optimizer_steps: int, optimizer_s: float, accumulate: int
+) -> float:
+    """The optimizer step's share of a train step: the timed steps less the optimizer steps among them
+    are the forward and backward passes; each step then carries 1/accumulate of an optimizer step."""
+    forward_backward = max(timed_s - optimizer_steps * optimizer_s, 0.0) / max(steps, 1)
+    per_step = optimizer_s / max(accumulate, 1)
+    total = forward_backward + per_step
+    return per_step / total if total > 0 else 0.0
 
 
 def _grad_scaler(torch: Any, enabled: bool) -> Any:
@@ -225,11 +304,26 @@ def measure(
     steps = max(equal, warmup + plan.step_iters)
     eager_v = Variant("eager", amp=use_amp)
     with _announced("eager", device):
-        eager = shared.run(eager_v, steps, warmup)
-    _logger.info("train step on %s: %s img/s (batch %d)", device, rate(eager.img_s), shared.batch)
+        eager = shared.run(eager_v, steps, warmup, time_optimizer=True)
+    _logger.info(
+        "train step on %s: %s img/s (batch %d); %s's step %.1f ms, %.0f%% of the step",
+        device,
+        rate(eager.img_s),
+        shared.batch,
+        shared.optimizer_name,
+        1000 * (eager.optimizer_s or 0.0),
+        100 * (eager.optimizer_share or 0.0),
+    )
+    base = StepResult(
+        eager.img_s,
+        batch=shared.batch,
+        optimizer=shared.optimizer_name,
+        optimizer_step_ms=None if eager.optimizer_s is None else 1000 * eager.optimizer_s,
+        optimizer_share=eager.optimizer_share,
+        accumulate=shared.accumulate,
+    )
     if not opts.levers:
-        result = StepResult(eager.img_s, batch=shared.batch, optimizer="SGD")
-        return _compiled(result, shared, eager, opts, device, steps, warmup)
+        return _compiled(base, shared, eager, opts, device, steps, warmup)
 
     noise = CPU_NOISE
     if cuda:  # AMP's own noise: the other precision of the two the GPU trains in, the same steps
@@ -243,10 +337,13 @@ def measure(
         ("channels_last", Variant("channels_last", amp=use_amp, channels_last=True)),
         ("fused_optimizer", Variant("fused_optimizer", amp=use_amp, fused=True)),
         ("cuda_graphs", Variant("cuda_graphs", amp=use_amp, compile_mode=steplevers.GRAPHS_MODE)),
+        (BF16, Variant(BF16, amp=True, bf16=True)),
     ):
         if name not in opts.levers:  # left out (--levers): not in the record, rig train keeps Ultralytics'
             continue
-        levers.append(_lever(name, variant, shared, eager, noise, equal, steps, warmup, device))
+        blocked = _blocker(name, shared, device, use_amp)
+        lever = LeverStep(name, None, note=blocked) if blocked else None
+        levers.append(lever or _lever(name, variant, shared, eager, noise, equal, steps, warmup, device))
     chosen = choose(levers, eager.img_s)
     chosen_img_s = None
     if len(chosen) > 1:
@@ -259,18 +356,36 @@ def measure(
         )
         with _announced("with " + " + ".join(chosen), device):
             chosen_img_s = shared.run(combined, steps, warmup).img_s
-    result = StepResult(
-        eager.img_s,
+    result = _replace(
+        base,
         levers=tuple(levers),
         amp_noise=noise,
         equal_steps=equal,
         chosen=chosen,
         chosen_img_s=chosen_img_s,
-        batch=shared.batch,
-        optimizer="SGD",
         eager_losses=tuple(eager.losses[:equal]),
     )
     return _compiled(result, shared, eager, opts, device, steps, warmup)
+
+
+def _blocker(name: str, shared: _Steps, device: Any, use_amp: bool) -> str | None:
+    """Why a lever cannot be measured here (it is then in the record as not measured), or None."""
+    torch = _torch()
+    if name == "cuda_graphs":
+        return "CUDA graphs need a GPU" if device.type != "cuda" else compile_blocker()
+    if name == "fused_optimizer":  # MuSGD, or a torch optimizer fused already: nothing to switch
+        opt = shared.optimizer(shared.model(Variant("probe", amp=False)))
+        faster, note = optkernels.with_fast_kernels(opt)
+        return note if faster is opt else None
+    if name == BF16:
+        try:  # Ultralytics' own check: CUDA with native bfloat16 (compute capability 8 and later)
+            with ultra.torch_utils().autocast(torch.bfloat16, device=device.type):
+                pass
+        except RuntimeError as e:
+            return f"Ultralytics' amp=bf16 cannot run on {device}: {_first_line(e)}"
+        if not use_amp:
+            return "measured against the fp16 step, and this one trains in fp32 (--no-amp)"
+    return None
 
 
 def _lever(
@@ -284,10 +399,6 @@ def _lever(
     warmup: int,
     device: Any,
 ) -> LeverStep:
-    if name == "cuda_graphs" and device.type != "cuda":
-        return LeverStep(name, None, note="CUDA graphs need a GPU")
-    if name == "cuda_graphs" and (blocker := compile_blocker()):
-        return LeverStep(name, None, note=blocker)
     try:
         with _announced(name, device):
             run = shared.run(variant, steps, warmup)

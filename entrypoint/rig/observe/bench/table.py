@@ -6,11 +6,11 @@ from typing import Any
 
 from rig.observe import cachebench
 from rig.observe.bench.realrun import describe
-from rig.observe.bench.results import BenchResult, LeverStep, StepResult, rate
+from rig.observe.bench.results import BF16, BenchResult, LeverStep, StepResult, rate
 
 
 def _lever_row(lever: LeverStep, step: StepResult) -> tuple[str, str, str]:
-    label = f"  with {lever.name}"
+    label = "  with amp=bf16" if lever.name == BF16 else f"  with {lever.name}"
     if lever.img_s is None or lever.gain is None:
         return label, "-", lever.note or "not measured"
     losses = (
@@ -21,7 +21,20 @@ def _lever_row(lever: LeverStep, step: StepResult) -> tuple[str, str, str]:
     setup = f"; first step +{lever.setup_s:.1f} s" if lever.setup_s >= 1 else ""
     used = "rig train: on" if lever.name in step.chosen else "rig train: off"
     kernels = f"; {lever.note}" if lever.note else ""
+    if lever.name == BF16:  # a precision, not a lever: the user's to give
+        used = "rig train: yours to give (amp=bf16)"
     return label, rate(lever.img_s), f"{lever.gain:.2f}x eager, {losses}{setup}; {used}{kernels}"
+
+
+def _optimizer_row(step: StepResult) -> tuple[str, str, str] | None:
+    if step.optimizer_step_ms is None or step.optimizer_share is None:
+        return None
+    every = "every step" if step.accumulate == 1 else f"one every {step.accumulate} steps"
+    return (
+        f"  optimizer step ({step.optimizer})",
+        "-",
+        f"{step.optimizer_step_ms:.1f} ms alone, {every}: {step.optimizer_share:.0%} of the train step",
+    )
 
 
 def format_table(res: BenchResult) -> str:
@@ -46,6 +59,8 @@ def format_table(res: BenchResult) -> str:
         rows.append(
             ("train step (compute ceiling)", rate(res.step_eager_img_s), f"on {res.device}, eager{batch}")
         )
+    if res.step is not None and (row := _optimizer_row(res.step)):
+        rows.append(row)
     if res.step is not None:
         for lever in res.step.levers:
             rows.append(_lever_row(lever, res.step))

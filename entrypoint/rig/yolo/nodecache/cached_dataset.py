@@ -1,3 +1,5 @@
+# mypy: disable-error-code="safe-super"
+# (NodeCached's base is contract.Dataset, a Protocol, for the type check only.)
 """Ultralytics' datasets with their `cache=ram` images in the node's image cache (nodecache.imagecache).
 
 A subclass of the class Ultralytics picks (YOLODataset, YOLOMultiModalDataset) changes two steps
@@ -24,11 +26,11 @@ import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rig import log
 from rig.hardware import topology
-from rig.yolo import ultra
+from rig.yolo import contract, ultra, ultracheck
 from rig.yolo.nodecache import imagecache
 
 _logger = log.get("imagecache")
@@ -42,7 +44,7 @@ def _local_rank_zero() -> bool:
     return os.environ.get("LOCAL_RANK", "0") in {"0", "-1"}
 
 
-def settings(ds: Any) -> dict[str, Any]:
+def settings(ds: contract.Dataset) -> dict[str, Any]:
     """What besides the files changes the decoded pixels: part of the key."""
     return settings_for(ds.imgsz, ds.channels, ds.cv2_flag)
 
@@ -56,7 +58,7 @@ def settings_for(imgsz: Any, channels: int, cv2_flag: int | None = None) -> dict
         "channels": channels,
         "cv2_flag": cv2_flag,
         "resize": RESIZE_MODE,
-        "ultralytics": ultra.module().__version__,  # ImportError without it, as cv2
+        "ultralytics": ultra.package().__version__,  # ImportError without it, as cv2
         "opencv": cv2.__version__,
     }
 
@@ -67,7 +69,7 @@ def cache_file(images: list[str], imgsz: int, channels: int = 3) -> Path:
     return imagecache.cache_dir(os.environ) / f"{key}{imagecache.SUFFIX}"
 
 
-def estimate(ds: Any) -> int:
+def estimate(ds: contract.Dataset) -> int:
     """The file's size from the labels' image sizes (read by Ultralytics' label scan); where they are
     gone (rect batches pop them), the square upper bound."""
     size = max(ds.imgsz) if isinstance(ds.imgsz, (tuple, list)) else int(ds.imgsz)
@@ -105,7 +107,7 @@ def unusable_warning(why: str, ranks: int) -> str:
     )
 
 
-def _without_node_cache(ds: Any, why: str, own: Any) -> bool:
+def _without_node_cache(ds: contract.Dataset, why: str, own: Any) -> bool:
     """check_cache_ram's answer where the node cache cannot be used (see the module's docstring)."""
     ranks = ranks_on_node()
     _warn_once(why, ranks)
@@ -126,53 +128,62 @@ def preparing() -> Iterator[None]:
         _raise_unavailable = False
 
 
+if TYPE_CHECKING:
+    _Dataset = contract.Dataset
+else:
+    _Dataset = object
+
+
+class NodeCached(_Dataset):
+    """A dataset (`node_cached` puts this in front of its class) whose cache=ram images are views
+    into the node's cache file."""
+
+    rig_images: imagecache.Images | None = None
+    rig_base: ClassVar[Any]  # the Ultralytics class it extends: its own load_image decodes
+
+    def check_cache_ram(self, safety_margin: float = 1.0) -> bool:
+        try:
+            self.rig_images = _obtain(self, self.rig_base)
+        except imagecache.Unavailable as e:
+            if _raise_unavailable:
+                raise
+            return _without_node_cache(
+                self, str(e), lambda: super(NodeCached, self).check_cache_ram(safety_margin)
+            )
+        for _ in range(min(self.ni, SAMPLED)):
+            random.randrange(self.ni)
+        return True
+
+    def cache_images(self) -> None:
+        if self.cache != "ram" or self.rig_images is None:
+            super().cache_images()
+            return
+        self.ims, self.im_hw0, self.im_hw = self.rig_images, self.rig_images.hw0, self.rig_images.hw
+
+
 @functools.cache
-def node_cached(base: Any) -> Any:
+def node_cached(base: type) -> type:
     """base with its cache=ram images in the node's cache file; base itself when it loads or caches
-    images its own way (then the file would not hold what it loads)."""
-    core: Any = ultra.module("data.base").BaseDataset
-    if base.load_image is not core.load_image or base.cache_images is not core.cache_images:
+    images its own way (then the file would not hold what it loads). Importable by name from this
+    module, so a dataset pickles to spawn-started loader workers."""
+    ours = cast("type[contract.Dataset]", base)
+    core = cast("type[contract.Dataset]", ultra.data_base().BaseDataset)
+    if ours.load_image is not core.load_image or ours.cache_images is not core.cache_images:
         return base
-
-    class NodeCached(base):  # type: ignore[misc]
-        rig_images: imagecache.Images | None = None
-
-        def check_cache_ram(self, safety_margin: float = 1.0) -> bool:
-            try:
-                self.rig_images = _obtain(self, base)
-            except imagecache.Unavailable as e:
-                if _raise_unavailable:
-                    raise
-                return _without_node_cache(
-                    self, str(e), lambda: super(NodeCached, self).check_cache_ram(safety_margin)
-                )
-            for _ in range(min(self.ni, SAMPLED)):
-                random.randrange(self.ni)
-            return True
-
-        def cache_images(self) -> None:
-            if self.cache != "ram" or self.rig_images is None:
-                super().cache_images()
-                return
-            self.ims, self.im_hw0, self.im_hw = self.rig_images, self.rig_images.hw0, self.rig_images.hw
-
-    # Importable by name (module __getattr__), so a dataset pickles to spawn-started loader workers.
-    NodeCached.__name__ = NodeCached.__qualname__ = f"NodeCached{base.__name__}"
-    NodeCached.__module__ = __name__
-    return NodeCached
+    name = f"NodeCached{base.__name__}"
+    return type(name, (NodeCached, base), {"__module__": __name__, "__qualname__": name, "rig_base": base})
 
 
 def __getattr__(name: str) -> Any:
     """NodeCachedYOLODataset and its siblings, made on first use (unpickling in a spawned worker)."""
     if name.startswith("NodeCached"):
-        dataset: Any = ultra.module("data.dataset")
-        base = getattr(dataset, name.removeprefix("NodeCached"), None)
+        base = getattr(ultra.data_dataset(), name.removeprefix("NodeCached"), None)
         if base is not None:
             return node_cached(base)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _obtain(ds: Any, base: Any) -> imagecache.Images:
+def _obtain(ds: contract.Dataset, base: Any) -> imagecache.Images:
     np: Any = importlib.import_module("numpy")
 
     def decode(i: int) -> imagecache.Decoded:
@@ -204,15 +215,16 @@ def _obtain(ds: Any, base: Any) -> imagecache.Images:
     return imagecache.Images(got.path, got.index, ds.im_files, got.held)
 
 
-def wanted(cfg: Any) -> bool:
-    """cfg asks for cache=ram (True or 'ram') and RIG_IMAGE_CACHE is not off."""
-    value = getattr(cfg, "cache", None)
+def wanted(cfg: contract.Cfg) -> bool:
+    """cfg asks for cache=ram (True or 'ram'), RIG_IMAGE_CACHE is not off and the installed
+    Ultralytics has what the node cache needs (said at start)."""
+    value = cfg.cache
     ram = value is True or (isinstance(value, str) and value.lower() in {"ram", "true"})
-    return ram and imagecache.enabled(os.environ)
+    return ram and imagecache.enabled(os.environ) and ultracheck.feature_on(contract.NODE_CACHE)
 
 
 @contextlib.contextmanager
-def in_use(cfg: Any) -> Iterator[None]:
+def in_use(cfg: contract.Cfg) -> Iterator[None]:
     """While Ultralytics builds datasets (its build_yolo_dataset), the classes it instantiates are the
     node-cached ones, when cfg asks for cache=ram."""
     if not wanted(cfg):

@@ -41,11 +41,10 @@ def before_ranks(args: Mapping[str, str], *, nranks: int, world: int) -> dict[st
     """Scan the labels and build the node image cache (cache=ram) of the train and val sets. Returns
     the arguments for the ranks: cache=False when the node cache cannot be used by several ranks."""
     out = dict(args)
-    checks = ultra.optional("utils.checks")
-    if checks is None:
+    if not ultra.importable():
         return out
     cfg = ultra.get_cfg({k: v if k in _TEXT else ultra.smart_value(v) for k, v in args.items()})
-    cfg.imgsz = checks.check_imgsz(cfg.imgsz, stride=_STRIDE, floor=_STRIDE, max_dim=1)
+    cfg.imgsz = ultra.checks().check_imgsz(cfg.imgsz, stride=_STRIDE, floor=_STRIDE, max_dim=1)
     data = ultra.check_dataset(str(args["data"])) or {}
     batch = max(int(cfg.batch) // max(world, 1), 1) if cfg.batch and cfg.batch >= 1 else ultra.DEFAULT_BATCH
     for mode, split in (("train", data.get("train")), ("val", data.get("val") or data.get("test"))):

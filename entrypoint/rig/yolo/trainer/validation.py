@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+
+from rig.yolo import contract
 
 
 class ValidationStopped(Exception):
@@ -15,17 +16,17 @@ class ValidationStopped(Exception):
 
 @contextlib.contextmanager
 def stoppable(
-    validator: Any, fewest: Callable[[int], int], agreed: Callable[[int, int], int]
+    validator: contract.Validator, fewest: Callable[[int], int], agreed: Callable[[int, int], int]
 ) -> Iterator[None]:
     """A validation pass the ranks can agree to end between its batches: at its start `fewest`
     (the fewest batches any rank has), after each batch `agreed(done, common)` (a signal or 0);
     an agreed signal raises ValidationStopped. The validator's callbacks are as before afterwards."""
     common = {"batches": 0}
 
-    def start(v: Any) -> None:
+    def start(v: contract.Validator) -> None:
         common["batches"] = fewest(len(v.dataloader))
 
-    def batch_end(v: Any) -> None:
+    def batch_end(v: contract.Validator) -> None:
         signum = agreed(int(v.batch_i) + 1, common["batches"])
         if signum:
             raise ValidationStopped(signum)

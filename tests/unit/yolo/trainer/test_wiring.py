@@ -17,10 +17,10 @@ from tests.unit.yolo.trainer.test_resume import FakeTensor
 
 
 class _Rank:
-    """One rank, the first; saves through `save`; a stop never agreed."""
+    """One rank, the first; writes through `write`; a stop never agreed; every feature on."""
 
-    def __init__(self, every: float = 0.0, save: Any = None) -> None:
-        self.every, self.saved = every, save or (lambda _ckpt, _paths: None)
+    def __init__(self, every: float = 0.0, write: Any = None) -> None:
+        self.every, self.written = every, write or (lambda _path, _data: None)
 
     def world_size(self) -> int:
         return 1
@@ -37,8 +37,11 @@ class _Rank:
     def checkpoint_every(self) -> float:
         return self.every
 
-    def save(self, ckpt: Any, paths: Any) -> None:
-        self.saved(ckpt, paths)
+    def feature_on(self, _feature: Any) -> bool:
+        return True
+
+    def write(self, path: Any, data: Any) -> None:
+        self.written(path, data)
 
     def cpu_setup_train(self) -> Any:
         return nullcontext()
@@ -51,13 +54,14 @@ class _Loop:
     def __init__(self, nb: int, acc0: int, device: str = "cpu") -> None:
         self.world_size, self.device, self.nb = 0, device, nb
         self.args = SimpleNamespace(seed=0, model="last.pt", workers=2)
+        self.wdir = Path("weights")
+        self.last, self.best = self.wdir / "last.pt", self.wdir / "best.pt"
         self.train_loader = list(range(nb))
         self.accumulate = acc0
         self.steps: list[int] = []
         self.epoch, self.epochs, self.stop = 0, 10, False
         self.loss_names: tuple[str, ...] = ()
         self.tloss: Any = None
-        self.last = Path("last.pt")
         self.callbacks: dict[str, Any] = {}
 
     def add_callback(self, event: str, callback: Any) -> None:
@@ -65,6 +69,10 @@ class _Loop:
 
     def optimizer_step(self) -> None:
         self.steps.append(self.rig_batch + self.nb * self.epoch)  # type: ignore[attr-defined]
+
+    def save_model(self) -> bool:
+        self.last.write_bytes(b"Ultralytics' checkpoint")  # as its save_model writes
+        return True
 
     def run(self, epochs: range) -> None:
         last_opt_step = -1
@@ -86,7 +94,7 @@ def _no_draws(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _resumed(nb: int, saved_batches: int, done: int, last: int, **kw: Any) -> Any:
-    t = yolo_trainer.trainer_class(_Loop, _Rank(**kw))(nb, 8)
+    t = yolo_trainer.for_task(_Loop, _Rank(**kw))(nb, 8)
     t.rig_pending = resumable.Pending(
         done=done, last_opt_step=last, gradients={}, tloss=None, batches=saved_batches
     )
@@ -127,11 +135,10 @@ def test_the_running_loss_and_loss_items_come_back_on_the_training_device() -> N
 def test_a_periodic_checkpoint_that_cannot_be_written_warns_once_and_training_goes_on(
     monkeypatch: pytest.MonkeyPatch, logged: Any
 ) -> None:
-    def full(_ckpt: Any, _paths: Any) -> None:
+    def full(_path: Any, _data: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(resumable, "checkpoint", lambda *_a: {})
-    t = yolo_trainer.trainer_class(_Loop, _Rank(every=3600.0, save=full))(10, 8)
+    t = yolo_trainer.for_task(_Loop, _Rank(every=3600.0, write=full))(10, 8)
     t.rig_saves.last = -1e9  # a period has passed: the first batch's end saves
     t.run(range(2))
     assert t.steps == [7, 15] and (t.epoch, t.rig_batch) == (1, 9)  # all 20 batches trained
@@ -178,11 +185,11 @@ def test_a_checkpoint_without_a_saved_scale_puts_its_gradients_back_as_they_are(
 
 
 def test_the_launch_rank_drives_the_same_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    """rig.launch.trainer's rank keeps its own counts on the trainer: the parts' names must not meet them."""
+    """rig.launch.rankside's rank drives the loop as the fake rank does."""
+    from rig.launch import rankside
     from rig.launch import trainer as launch_trainer
 
-    monkeypatch.setattr(launch_trainer, "_distributed", lambda: False)  # one process, no torch here
-    monkeypatch.setattr(launch_trainer, "_agree", lambda _t, local: local)
+    monkeypatch.setattr(rankside.LaunchRank, "distributed", lambda _self: False)  # one process, no torch
     t = launch_trainer.rig_trainer_class(_Loop)(10, 8)
     t.rig_saves.started()  # what _do_train does: no periodic checkpoint due before 15 minutes
     t.run(range(2))
