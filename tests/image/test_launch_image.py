@@ -201,20 +201,29 @@ def test_bad_input_in_the_image_is_one_line_and_dry_run_prints_the_command(
     c = containers.run(["sleep", "300"], volumes=_mounts(root))
     # The entrypoint records yolo's ids at start: wait for it, so only `rig train` can write below.
     wait_until(lambda: containers.exec(c, "test -s /var/lib/rig/yolo-ids", 10)[0] == 0, timeout=60)
+    find = "find / -xdev -newer /tmp/mark -type f 2>/dev/null | wc -l"
     for args, message in [
         ("--gpus 2 data=x.yaml", "no GPU is visible"),  # the real /sys of this box
         (f"{topo} --gpus 3 data=x.yaml", "only 2 GPU(s) are visible"),
         (f"{topo} --gpus 2 data=x.yaml batch=7", "not divisible by the 2 ranks"),
     ]:
-        script = (
-            f"touch /tmp/mark; rig train {args}; echo rc=$?; find / -xdev -newer /tmp/mark -type f | wc -l"
-        )
-        rc, out = containers.exec(c, script, 60)
+        script = f"touch /tmp/mark; rig train {args}; echo rc=$?; {find}"
+        rc, out = containers.exec(c, script, 60, user="yolo")  # as the documented `exec -u yolo`
         lines = [line for line in out.splitlines() if line.strip()]
         assert lines[0].startswith("ERROR rig: ") and message in lines[0], out
         assert lines[1:] == ["rc=1", "0"], out  # nothing launched, no file written anywhere
+    # Root (a plain `docker exec`) in yolo's /workspace: one line naming the way in, nothing written.
     rc, out = containers.exec(
-        c, f"rig train {topo} --gpus 2 --dry-run data=/fake/d.yaml model=yolo11n.yaml batch=8 epochs=1", 90
+        c, f"touch /tmp/mark; rig train {topo} --gpus 2 data=x.yaml; echo rc=$?; {find}", 60
+    )
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert "/workspace belongs to uid 1000 (yolo)" in lines[0] and "exec -u yolo" in lines[0], out
+    assert lines[1:] == ["rc=1", "0"], out
+    rc, out = containers.exec(
+        c,
+        f"rig train {topo} --gpus 2 --dry-run data=/fake/d.yaml model=yolo11n.yaml batch=8 epochs=1",
+        90,
+        user="yolo",
     )
     assert rc == 0, out
     command = out.strip().splitlines()[-1]

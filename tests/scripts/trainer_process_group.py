@@ -3,6 +3,7 @@
 import os
 import types
 
+import torch
 import torch.distributed as dist
 from rig.launch import trainer
 from ultralytics.models.yolo.detect import DetectionTrainer
@@ -13,6 +14,7 @@ cls = trainer.rig_trainer_class(DetectionTrainer)
 t = cls.__new__(cls)
 t.args = types.SimpleNamespace(device="0,2")
 t.world_size = 4
+t.device = torch.device("cpu")  # as Ultralytics' __init__ leaves it on this GPU-less box
 cls._setup_ddp(t)
 kw = calls[0]
 print(

@@ -24,7 +24,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from rig import log
-from rig.launch import checkpoints, cpuddp, ddp, steplevers, syncbn
+from rig.launch import checkpoints, cpuddp, ddp, resumecopy, steplevers, syncbn
 from rig.yolo import contract
 
 if TYPE_CHECKING:
@@ -87,6 +87,9 @@ class LaunchRank:
 
     def feature_on(self, feature: contract.Feature) -> bool:
         return self._features_on(feature)
+
+    def named(self, loaded: str) -> str:
+        return resumecopy.named(self._environ, loaded)
 
     # ---- the agreed stop --------------------------------------------------------------------------
     def distributed(self) -> bool:

@@ -19,7 +19,7 @@ import contextlib
 import os
 import secrets
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,8 @@ from rig.errors import RigError
 
 _logger = log.get("launch")
 PREFIX = "rig-resume-"
+# The checkpoint as the user named it, for the ranks' lines: they load the copy (rig.launch.trainer).
+NAMED_ENV = "RIG_RESUMED_FROM"
 _CHUNK = 8 << 20
 # The remover: its stdin ends when the launch has; the stop signals sent to the job's processes are
 # not its own (rm never follows a link inside the folder).
@@ -51,6 +53,13 @@ class Checked:
 class Copy:
     folder: Path  # the private folder, removed at the end
     file: Path  # what the ranks load
+
+
+def named(environ: Mapping[str, str], loaded: str) -> str:
+    """The checkpoint a rank loads (`loaded`, the private copy) as the user named it, for its lines;
+    any other path as it is."""
+    named = environ.get(NAMED_ENV, "")
+    return named if named and Path(loaded).parent.name.startswith(PREFIX) else loaded
 
 
 def open_checked(path: Path, who: safefs.Trust | None = None) -> Checked:

@@ -112,10 +112,15 @@ def _distrusted(path: Path, problem: str) -> RigError:
     )
 
 
-def _not_the_users(project: Path, e: safefs.Untrusted, doing: str = "writes into") -> RigError:
+def _not_the_users(
+    project: Path, e: safefs.Untrusted, doing: str = "writes into", uid: int | None = None
+) -> RigError:
     where = f"project folder {e}" if e.path == project else f"project folder {project}: {e}"
+    # Root in the container (`docker exec`) meets the user's /workspace: the way in is as that user.
+    as_root = (os.geteuid() if uid is None else uid) == 0
+    also = "; as root, run it as that user instead (docker compose exec -u yolo ...)" if as_root else ""
     return RigError(
-        f"{where}: rig never {doing} a folder another user controls; give project= a folder of your own"
+        f"{where}: rig never {doing} a folder another user controls; give project= a folder of your own{also}"
     )
 
 
@@ -133,7 +138,7 @@ def check_project(project: Path, uid: int | None = None) -> None:
     except FileNotFoundError:
         return
     except safefs.Untrusted as e:
-        raise _not_the_users(project, e) from None
+        raise _not_the_users(project, e, uid=uid) from None
     except OSError as e:
         raise _unreadable(project, e) from None
 
@@ -197,7 +202,7 @@ def scan(project: Path, name: str, uid: int | None = None) -> list[Existing]:
     except FileNotFoundError:
         return []
     except safefs.Untrusted as e:
-        raise _not_the_users(project, e, "reads run folders from") from None
+        raise _not_the_users(project, e, "reads run folders from", uid=uid) from None
     except OSError as e:
         raise _unreadable(project, e) from None
     out: list[Existing] = []

@@ -20,7 +20,7 @@ from typing import Any
 from rig import log, rankenv
 from rig.errors import RigError
 from rig.instrument import metrics, telemetry
-from rig.launch import ddp, rankside
+from rig.launch import ddp, rankside, resumecopy
 from rig.yolo import contract, resumable, ultra, ultracheck
 from rig.yolo import trainer as yolo_trainer
 
@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the trainer exists; the checkpoint's path, its other form, leaves the decision to the trainer.
         args["resume"] = model.ckpt_path
     if args.get("resume") and rank == 0 and (note := other_version(model.ckpt, checked.version)):
-        _logger.warning("%s: %s", model.ckpt_path, note)
+        _logger.warning("%s: %s", resumecopy.named(os.environ, str(model.ckpt_path)), note)
     if rank == 0:
         telemetry.attach(model, rankenv.run_dir(os.environ))
     if checked.feature_on(contract.METRICS):
@@ -114,8 +114,9 @@ def _load(model: str, version: str) -> contract.Model:
         return ultra.yolo(model)
     except Exception as e:
         first = (str(e).strip().splitlines() or [""])[0]
+        named = resumecopy.named(os.environ, model)
         raise RigError(
-            f"{model}: Ultralytics {version} cannot load it ({type(e).__name__}: {first}); a checkpoint of "
+            f"{named}: Ultralytics {version} cannot load it ({type(e).__name__}: {first}); a checkpoint of "
             "another Ultralytics release loads with that release (`rig --version` says which this is)",
             ultracheck.EXIT_CODE,
         ) from None

@@ -584,7 +584,8 @@ def copy_checkpoint(plan: Plan) -> Plan:
     if isinstance(trainargs.resume_of(args), str):
         args["resume"] = str(made.file)
     _logger.info("resuming %s: the ranks load a private copy of it, %s", plan.checkpoint.path, made.file)
-    return dataclasses.replace(plan, args=args, private=made.folder)
+    env = dict(plan.env, **{resumecopy.NAMED_ENV: str(plan.checkpoint.path)})
+    return dataclasses.replace(plan, args=args, env=env, private=made.folder)
 
 
 def prepare_data(plan: Plan) -> Plan:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from rig import cli, safefs
 from rig.errors import RigError
-from rig.launch import autoresume, resumecopy, trainplan
+from rig.launch import autoresume, rankside, resumecopy, trainplan
 
 from tests.helpers import needs_root
 from tests.helpers.fakesys import FakeSys
@@ -179,6 +179,9 @@ def test_the_ranks_get_the_copy_and_the_dry_run_the_path(
     assert copied.name == "last.pt" and copied.read_bytes() == b"checkpoint"
     assert args.get("resume") in {"True", str(copied)}, args
     assert "project" not in args and "name" not in args  # the run's folder: the checkpoint's own
+    # The ranks' lines name the checkpoint as the user did, never the copy.
+    rank = rankside.LaunchRank(launch.env)
+    assert rank.named(str(copied)) == str(last) and rank.named("yolo11n.pt") == "yolo11n.pt"
 
 
 def _topology(tmp_path: Path) -> Any:

@@ -171,8 +171,13 @@ def test_a_project_folder_another_user_made_is_never_written_into(tmp_path: Path
         rundir.check_project(shared, A)
     os.chown(project, 0, 0)  # as root, into a folder root does not own: refused too
     os.chown(project, A, A)
-    with pytest.raises(RigError, match=r"belongs to uid 2001"):
+    with pytest.raises(
+        RigError, match=r"belongs to uid 2001.* as root, run it as that user instead"
+    ) as refused:
         rundir.check_project(project, 0)
+    with pytest.raises(RigError, match=r"belongs to uid 2001") as as_user:
+        rundir.check_project(project, B)
+    assert "as root" not in str(as_user.value) and str(refused.value).count("\n") == 0
     os.chmod(project, 0o700)
     with pytest.raises(RigError, match=r"cannot create the run directory|never writes into"):
         rundir.claim(project, "train", None)  # we are root: A's folder is not ours

@@ -56,6 +56,7 @@ class Rank(Protocol):
     def index(self) -> int: ...  # the global rank
     def is_first(self) -> bool: ...  # global rank 0
     def feature_on(self, feature: contract.Feature) -> bool: ...  # its Ultralytics names checked out
+    def named(self, loaded: str) -> str: ...  # a resumed checkpoint (the ranks' copy) as the user named it
     def agreed_stop(
         self, trainer: contract.Trainer
     ) -> int: ...  # after each training batch: the signal, or 0
@@ -272,7 +273,8 @@ class RigTrainer(_Base):
         if self.rig_pending is not None:
             self.rig_pending, warning = resume.fitted(self.rig_pending, len(self.train_loader))
             if warning and self.rig_rank.is_first():
-                _logger.warning("%s %s (epoch %d)", self.args.model, warning, self.epoch + 1)
+                shown = self.rig_rank.named(str(self.args.model))
+                _logger.warning("%s %s (epoch %d)", shown, warning, self.epoch + 1)
         done = self.rig_pending.done if self.rig_pending is not None else 0
         self.rig_numbering.offset = done
         if isinstance(self.train_loader, trainloader.RigLoader):
@@ -420,13 +422,16 @@ class RigTrainer(_Base):
             self.rig_pending = resumable.restore(self, ckpt)
         except (KeyError, RuntimeError, ValueError, TypeError) as e:  # another model, another release's
             first = (str(e).strip().splitlines() or [""])[0]
+            named = self.rig_rank.named(str(self.args.model))
             raise RigError(
-                f"{self.args.model}: rig's resume state does not fit this model ({type(e).__name__}: "
+                f"{named}: rig's resume state does not fit this model ({type(e).__name__}: "
                 f"{first}); resume with the model and Ultralytics release that wrote it, or start a new run",
                 2,
             ) from None
         if self.rig_rank.is_first():
-            _logger.info("resuming %s: %s", self.args.model, where.describe(self.epochs))
+            _logger.info(
+                "resuming %s: %s", self.rig_rank.named(str(self.args.model)), where.describe(self.epochs)
+            )
 
 
 def _final_eval_skipped(trainer: contract.Trainer, first: bool, strip: Callable[..., Any]) -> None:
