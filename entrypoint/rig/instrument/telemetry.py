@@ -19,7 +19,6 @@ import csv
 import dataclasses
 import importlib
 import json
-import math
 import os
 import threading
 import time
@@ -28,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rig import flags, log, rankenv
+from rig import envnumbers, flags, log, rankenv
 from rig.errors import RigError
 from rig.hardware.nvml import GPU_FIELDS, GpuInfo, Nvml, describe_error
 from rig.hardware.topology import apply_visible_devices, normalize_bus_id
@@ -45,19 +44,18 @@ DEFAULT_INTERVAL_S = 1.0
 STEP_FIELDS: tuple[str, ...] = ("time", "elapsed_s", "steps", "data_wait_s", "step_s")
 
 
+INTERVAL = envnumbers.Number(
+    "RIG_TELEMETRY_INTERVAL",
+    low=0,
+    default=DEFAULT_INTERVAL_S,
+    unit="seconds",
+    above=True,
+    hint="unset it or use e.g. 1",
+)
+
+
 def interval_from_env(environ: Mapping[str, str]) -> float:
-    raw = environ.get("RIG_TELEMETRY_INTERVAL", "")
-    if not raw:
-        return DEFAULT_INTERVAL_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise RigError(
-            f"RIG_TELEMETRY_INTERVAL={raw!r} is not a positive number of seconds; unset it or use e.g. 1"
-        )
-    return value
+    return INTERVAL.read(environ)
 
 
 def enabled_from_env(environ: Mapping[str, str]) -> bool:

@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         parser.error("no command to run after --")
     plan = binding.from_json(args.plan)
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = rankenv.local_rank(os.environ)
     if local_rank >= len(plan):
         _logger.error("LOCAL_RANK %d has no entry in a plan of %d ranks", local_rank, len(plan))
         return 2

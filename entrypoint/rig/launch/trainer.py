@@ -49,7 +49,7 @@ def parse_args(argv: Sequence[str], smart_value: Callable[[str], Any] | None = N
 
 
 def _global_world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return rankenv.world_size(os.environ)
 
 
 def rig_trainer_class(
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # rig.launch.ddp use that one device, never the node's list. The trainer counts the world
         # from WORLD_SIZE.
         args["device"] = str(device)
-    rank = int(os.environ.get("RANK", "0"))
+    rank = rankenv.rank(os.environ)
     checked = ultracheck.installed()
     try:
         model = _load(str(args.pop("model", "yolo11n.pt")), checked.version)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
+from rig.launch import batch as launch_batch
 from rig.observe.bench import tail
 from rig.observe.bench.results import BenchOptions, LoaderResult, Plan
 from rig.yolo import contract, device_augment, overlay, tuning, ultra
@@ -35,13 +36,14 @@ def settings(
     defaults = {"cache": cfg["cache"], "workers": cfg["workers"]}  # LOADER_KEYS
     stock: dict[str, Any] = {k: upstream.get(k, defaults[k]) for k in LOADER_KEYS}
     ours: dict[str, Any] = {k: ours_static.get(k, defaults[k]) for k in LOADER_KEYS}
-    user: dict[str, str] = {"imgsz": str(opts.imgsz), "batch": str(batch)}
+    user: dict[str, str] = {"imgsz": str(opts.imgsz)}
     if opts.workers is not None:
         user["workers"] = str(opts.workers)
         ours["workers"] = opts.workers
     reasons = []
     for d in tuning.decide(
         user_args=user,
+        rank_batch=launch_batch.share(batch, 1).per_rank,
         train_images=train_images,
         resources=tuning.read_resources(),
         rank_cpus=len(os.sched_getaffinity(0)),

@@ -255,7 +255,8 @@ def test_budget(environ: dict[str, str], expected: int) -> None:
 @pytest.mark.parametrize("bad", ["x", "-1", "nan", "inf", "1,5"])
 def test_a_bad_budget_is_one_line(bad: str) -> None:
     with pytest.raises(
-        RigError, match=rf"RIG_CACHE_MAX_GB='{bad}': give .* in GiB, a number >= 0 \(e.g. 20 or 0.5\)"
+        RigError,
+        match=rf"^RIG_CACHE_MAX_GB='{bad}': use a number of GiB >= 0; the node .* \(e\.g\. 20 or 0\.5\)",
     ):
         imagecache.max_bytes({"RIG_CACHE_MAX_GB": bad}, 100 * GIB)
 
