@@ -526,7 +526,7 @@ def test_services_and_root_import_nothing_from_the_workspace_or_the_home(
     refused = subprocess.run(
         ["docker", "exec", "-u", "root", cid, "pip", "--version"], capture_output=True, text=True, timeout=90
     )
-    assert refused.returncode != 0 and refused.stderr.startswith("ERROR pip installs into user yolo's"), (
+    assert refused.returncode != 0 and refused.stderr.startswith("ERROR pip: installs into user yolo's"), (
         refused.stderr
     )
 

@@ -144,3 +144,27 @@ def test_the_imports_by_name_are_the_listed_ones() -> None:
     assert found == BY_NAME, (
         f"imported by name, not listed: {sorted(found - BY_NAME)}; listed, gone: {sorted(BY_NAME - found)}"
     )
+
+
+def test_the_pipelines_rules_never_import_the_pipeline() -> None:
+    """rig train's pipeline (launch/trainplan.py) hands its rules values: the run-folder policy, the
+    batch and the argument rules import nothing of it, nor the commands above it."""
+    rules = ("rig.launch.runpolicy", "rig.launch.batch", "rig.launch.trainargs", "rig.yolo.tuning")
+    wrong = sorted(
+        f"{name} imports {dep}"
+        for name in rules
+        for dep in GRAPH[name]
+        if dep in {"rig.launch.trainplan", "rig.launch.job"} or dep.startswith("rig.commands")
+    )
+    assert not wrong, wrong
+    assert "rig.launch.runpolicy" in GRAPH["rig.launch.trainplan"]
+    assert "rig.launch.batch" in GRAPH["rig.launch.trainargs"]
+
+
+def test_how_programs_end_and_numbers_are_read_sit_on_the_ground() -> None:
+    """rig.program (every program's end) and rig.envnumbers (every number in the environment) are
+    used from every floor: they import no rig module but the error type and its spelling."""
+    for name in ("rig.program", "rig.envnumbers"):
+        assert GRAPH[name] <= {"rig.errors", "rig.spelling"}, (name, GRAPH[name])
+    users = {name for name, deps in GRAPH.items() if "rig.program" in deps}
+    assert {"rig.cli", "rig.launch.trainer", "rig.launch.torchrun", "rig.launch.binder"} <= users, users
