@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 
 from tests.helpers import SCRIPTS
 from tests.helpers.containers import Containers
+from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.image
@@ -85,7 +85,7 @@ def test_two_containers_train_as_two_nodes_on_cpu_ranks(containers: Containers, 
     }
     compose_file = tmp_path / "compose.nodes.yaml"
     compose_file.write_text(json.dumps({"services": nodes}))
-    project = f"cpuranks-test-{uuid.uuid4().hex[:8]}"
+    project = unique("cpuranks")
     compose = ["docker", "compose", "--ansi", "never", "-f", str(compose_file), "-p", project]
     try:
         up = subprocess.run([*compose, "up", "--no-color"], capture_output=True, text=True, timeout=900)

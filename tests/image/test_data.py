@@ -22,6 +22,7 @@ import pytest
 
 from tests.helpers import REPO
 from tests.helpers.containers import Containers, free_port
+from tests.helpers.names import unique
 
 pytestmark = pytest.mark.image
 
@@ -34,7 +35,7 @@ class Make:
 
     def __init__(self, image: str) -> None:
         self.name, self.tag = image.rsplit(":", 1)
-        self.project = f"rig-test-data-{uuid.uuid4().hex[:8]}"
+        self.project = unique("data")
         self.metrics_port = free_port()  # make train's /metrics, never another run's
 
     def __call__(self, *args: str, timeout: int = 300) -> tuple[int, str]:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import uuid
 from typing import Any
 
 import pytest
 
 from tests.helpers import REPO, SCRIPTS
 from tests.helpers.containers import IMAGE
+from tests.helpers.names import unique
 
 pytestmark = pytest.mark.image
 
@@ -38,7 +38,7 @@ def compose(project: str, *args: str, timeout: int = 300) -> subprocess.Complete
 
 
 def test_yolo_settings_stick_in_a_new_process_and_after_down_up() -> None:
-    project = f"ultra-settings-{uuid.uuid4().hex[:8]}"
+    project = unique("ultra-settings")
     run = ("run", "--rm", "--no-deps", "workstation", "bash", "-c")
     try:
         first = compose(
