@@ -82,7 +82,7 @@ def test_the_device_tail_equals_randomhsv_and_format_on_cpu_tensors(containers: 
         "ultralytics.data.dataset.YOLODataset",
     ], spawned
     assert spawned["transforms"] == DEFERRED, spawned
-    assert spawned["keys_equal"] and spawned["tensors_equal"], spawned
+    assert spawned["keys_equal"] and spawned["values_equal"], spawned
     assert spawned["handed_over"] == ["img", "rig_device_tail", "rig_warp", "rig_warp_tiles"], spawned
 
 

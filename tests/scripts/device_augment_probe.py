@@ -37,8 +37,9 @@ import numpy as np
 import torch
 from rig import log
 from rig.yolo import augment, draws
-from rig.yolo.augment import colour, device
+from rig.yolo.augment import colour
 from rig.yolo.augment import deferred as deferred_steps
+from rig.yolo.augment import device as augment_device
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_dataloader, build_yolo_dataset
 from ultralytics.data.augment import Format, RandomHSV
@@ -129,8 +130,10 @@ def batches(
     for a, b in zip(stock, ours, strict=True):
         labels_equal &= all(torch.equal(a[k], b[k]) for k in keys)
         labels_equal &= a["im_file"] == b["im_file"]
-        handed = {k: list(v.shape) for k, v in b.items() if k in device.HANDED_OVER and hasattr(v, "shape")}
-        finished = device.finish(b, torch.device(device), None if kernels == "auto" else kernels)
+        handed = {
+            k: list(v.shape) for k, v in b.items() if k in augment_device.HANDED_OVER and hasattr(v, "shape")
+        }
+        finished = augment_device.finish(b, torch.device(device), None if kernels == "auto" else kernels)
         stats.append(compare(a["img"], finished["img"].cpu()))
     report(
         mode="batches",
@@ -340,7 +343,7 @@ def synthetic(device: str, kernels: str = "auto") -> None:
                 labels["img"] = flipped(labels["img"])
                 labels = deferred_format(bgr=bgr).apply_image(labels)
                 raw = labels["img"][None].to(device)
-                rows = labels[device.KEY][None]
+                rows = labels[augment_device.KEY][None]
                 ours = colour.tail(raw, rows, None if kernels == "auto" else kernels)[0].cpu()
                 stats.append(compare(stock, ours))
     px = sum(s["pixels"] for s in stats)
@@ -438,7 +441,7 @@ def tail(device: str, batch: str, imgsz: str) -> None:
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             t0 = time.perf_counter()
-            out = device.finish({**handed, device.KEY: rows}, dev)["img"].float() / 255
+            out = augment_device.finish({**handed, augment_device.KEY: rows}, dev)["img"].float() / 255
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             if i >= 3:
@@ -473,16 +476,26 @@ def spawn(data_yaml: str) -> None:
         got[context] = next(iter(loader))
         del loader
     spawned, forked = got["spawn"], got["fork"]
-    tensors = sorted(k for k, v in forked.items() if isinstance(v, torch.Tensor))
     made = [c for c in type(ds).__mro__ if c.__name__.endswith("YOLODataset")]
     report(
         mode="spawn",
         classes=[f"{c.__module__}.{c.__qualname__}" for c in made],
         transforms=names(ds.transforms),
         keys_equal=sorted(spawned) == sorted(forked),
-        tensors_equal=all(torch.equal(spawned[k], forked[k]) for k in tensors),
-        handed_over=sorted(k for k in tensors if k in device.HANDED_OVER),
+        values_equal=all(_same(spawned[k], forked[k]) for k in forked),
+        handed_over=sorted(k for k in forked if k in augment_device.HANDED_OVER),
     )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal tensors or arrays, lists and tuples of equal items, or equal values."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and np.array_equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return type(b) is type(a) and len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
 
 
 if __name__ == "__main__":
