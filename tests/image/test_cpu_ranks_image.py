@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import SCRIPTS
+from tests.helpers.compose import take_down
 from tests.helpers.containers import Containers
 from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
@@ -109,7 +110,7 @@ def test_two_containers_train_as_two_nodes_on_cpu_ranks(containers: Containers, 
             timeout=60,
         ).stdout.split()
     finally:
-        subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=120, check=False)
+        take_down(project, "-f", str(compose_file))
     assert up.returncode == 0, up.stdout + up.stderr
     assert sorted(zip(states[::2], states[1::2], strict=True)) == [("node0", "0"), ("node1", "0")], logs
     for node in nodes:

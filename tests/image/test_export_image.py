@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import REPO, SCRIPTS
+from tests.helpers.compose import take_down
 from tests.helpers.names import unique
 
 pytestmark = pytest.mark.image
@@ -81,12 +82,7 @@ def test_export_check_on_a_one_epoch_model(containers: Any, image: str, tmp_path
             timeout=300,
         )
     finally:
-        subprocess.run(
-            ["docker", "compose", "-p", project, "down", "--volumes", "--remove-orphans"],
-            cwd=REPO,
-            capture_output=True,
-            timeout=120,
-        )
+        take_down(project)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
     assert "INFO export: best.onnx vs PyTorch on 2 images at 64x64" in output, output[-2000:]

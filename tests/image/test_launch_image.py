@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import REPO, SCRIPTS
+from tests.helpers.compose import take_down
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.fakesys import FakeSys, bus
 from tests.helpers.names import unique
@@ -171,7 +172,7 @@ def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp
             timeout=60,
         ).stdout.split()
     finally:
-        subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=120, check=False)
+        take_down(project, "-f", str(compose_file))
     assert up.returncode == 0, up.stdout + up.stderr
     assert sorted(zip(states[::2], states[1::2], strict=True)) == [("node0", "0"), ("node1", "0")], logs
     probes = _probes(logs)
@@ -240,13 +241,7 @@ def test_make_train_on_a_cpu_only_box_names_the_gpu_fix() -> None:
             check=False,
         )
     finally:
-        subprocess.run(
-            ["docker", "compose", "-f", "compose.yaml", "-p", project, "down", "-v"],
-            cwd=REPO,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        take_down(project)
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
     errors = [line for line in out.splitlines() if line.startswith("ERROR rig: ")]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, SCRIPTS
+from tests.helpers.compose import take_down
 from tests.helpers.containers import IMAGE, free_port
 from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
@@ -153,14 +154,7 @@ def test_make_weights_goes_through_the_proxy(site: Path) -> None:
         assert "tiny.pt" in listed.stdout.split()
     finally:
         subprocess.run(["docker", "rm", "-f", proxy], capture_output=True, timeout=120, check=False)
-        # The project's volumes and the network `make weights` made: compose's own teardown.
-        subprocess.run(
-            ["docker", "compose", "-p", project, "down", "--volumes", "--remove-orphans"],
-            cwd=REPO,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        take_down(project)  # the volumes and the network `make weights` made
 
 
 def _host_env() -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import REPO, SCRIPTS, needs_ssh_keygen
+from tests.helpers.compose import take_down
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.lock import locked_runtime, locked_versions, normalize
 from tests.helpers.names import unique
@@ -368,10 +369,7 @@ def test_a_published_image_is_signed_and_starts_verified_on_a_host_without_pytho
         assert ssh.stdout.startswith(f"yolo-rig {VERSION} (stack {stack}, "), ssh.stdout
         refused_altered_and_tags(docker_client, image, registry, stack, public_key, make_env, tmp_path)
     finally:
-        subprocess.run(
-            ["docker", "compose", "-p", project, "-f", "compose.yaml", "down", "-v", "-t", "10"],
-            cwd=REPO, env={**env, "IMAGE": published}, capture_output=True, timeout=180, check=False,
-        )  # fmt: skip
+        take_down(project, env={**env, "IMAGE": published})
         for ref in (published, *(f"{registry}/yolo-rig:{t}" for t in (stack, f"{VERSION}-{stack}"))):
             subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=60)
 
@@ -418,6 +416,7 @@ def refused_altered_and_tags(
         )
         assert started == []
     finally:
+        take_down(project)  # nothing, unless a refusal came too late
         subprocess.run(["docker", "rmi", altered, digest], capture_output=True, timeout=60)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import REPO, SCRIPTS, checkpoints
+from tests.helpers.compose import take_down
 from tests.helpers.containers import Containers
 from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
@@ -69,13 +70,7 @@ def project() -> Iterator[str]:
     try:
         yield name
     finally:
-        subprocess.run(
-            ["docker", "compose", "-f", "compose.yaml", "-p", name, "down", "-v", "-t", "5"],
-            cwd=REPO,
-            capture_output=True,
-            timeout=180,
-            check=False,
-        )
+        take_down(name, stop_s=5)
 
 
 def _oneoff(docker_client: Any, project: str) -> Any:

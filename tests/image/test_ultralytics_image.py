@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import REPO, SCRIPTS
+from tests.helpers.compose import take_down
 from tests.helpers.containers import IMAGE
 from tests.helpers.names import unique
 
@@ -52,7 +53,7 @@ def test_yolo_settings_stick_in_a_new_process_and_after_down_up() -> None:
         assert "SEEN False /workspace/mine" in second.stdout, second.stdout  # after down/up
         assert " yolo yolo " in second.stdout  # the user's file, in the workspace volume
     finally:
-        compose(project, "down", "-v")
+        take_down(project, "-f", str(REPO / "compose.yaml"), "-f", str(REPO / "compose.cpu.yaml"))
 
 
 def test_fresh_settings_are_the_images_defaults_with_tensorboard_on(containers: Any) -> None:
