@@ -34,9 +34,9 @@ def test_{what}():
 """
 
 
-def run(tmp_path: Path, *tests: str) -> subprocess.CompletedProcess[str]:
-    """pytest with the suite's conftest over one file per test in `tests` (two xdist workers, as
-    `make test` runs them), against the stand-in docker; another run's volume is there already."""
+def run(tmp_path: Path, *tests: str, workers: int = 0) -> subprocess.CompletedProcess[str]:
+    """pytest with the suite's conftest over one file per test in `tests` (`workers`: xdist's, as
+    `make test` runs two), against the stand-in docker; another run's volume is there already."""
     bin_dir, state = tmp_path / "bin", tmp_path / "volumes"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "docker").write_text(FAKE_DOCKER)
@@ -46,15 +46,16 @@ def run(tmp_path: Path, *tests: str) -> subprocess.CompletedProcess[str]:
         (tmp_path / f"test_{what}.py").write_text(TEST.format(what=what))
     env = {k: v for k, v in os.environ.items() if k != RUN_ENV}  # the inner run makes its own id
     env.update(PYTHONPATH=str(REPO), PATH=f"{bin_dir}:{env['PATH']}", FAKE_DOCKER_STATE=str(state))
+    xdist = ["-n", str(workers), "--dist", "loadfile"] if workers else ["-p", "no:xdist"]
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q",
-         "-n", "2", "--dist", "loadfile", "--rootdir", str(tmp_path), *(f"test_{w}.py" for w in tests)],
+        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", *xdist,
+         "--rootdir", str(tmp_path), *(f"test_{w}.py" for w in tests)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 
 
 def test_a_run_that_leaves_a_volume_fails_naming_it_and_no_other(tmp_path: Path) -> None:
-    result = run(tmp_path, "leaky", "tidy")
+    result = run(tmp_path, "leaky", "tidy", workers=2)  # each file in its own worker
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert "2 passed" in out, out  # the tests themselves pass: the run fails at its end
