@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import requests
 
 from tests.helpers import REPO, SCRIPTS
 from tests.helpers.containers import IMAGE, free_port
+from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 
 
@@ -131,7 +131,7 @@ def start(project_prefix: str, tmp: Path, **env: str) -> Workstation:
     if not key.exists():
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     ws = Workstation(
-        project=f"{project_prefix}-{uuid.uuid4().hex[:8]}",
+        project=unique(project_prefix),
         tmp=tmp,
         key=key,
         env={

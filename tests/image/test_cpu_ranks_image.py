@@ -13,14 +13,15 @@ import json
 import os
 import re
 import subprocess
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.helpers import SCRIPTS
+from tests.helpers.compose import take_down
 from tests.helpers.containers import Containers
+from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.image
@@ -85,7 +86,7 @@ def test_two_containers_train_as_two_nodes_on_cpu_ranks(containers: Containers, 
     }
     compose_file = tmp_path / "compose.nodes.yaml"
     compose_file.write_text(json.dumps({"services": nodes}))
-    project = f"cpuranks-test-{uuid.uuid4().hex[:8]}"
+    project = unique("cpuranks")
     compose = ["docker", "compose", "--ansi", "never", "-f", str(compose_file), "-p", project]
     try:
         up = subprocess.run([*compose, "up", "--no-color"], capture_output=True, text=True, timeout=900)
@@ -109,7 +110,7 @@ def test_two_containers_train_as_two_nodes_on_cpu_ranks(containers: Containers, 
             timeout=60,
         ).stdout.split()
     finally:
-        subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=120, check=False)
+        take_down(project, "-f", str(compose_file))
     assert up.returncode == 0, up.stdout + up.stderr
     assert sorted(zip(states[::2], states[1::2], strict=True)) == [("node0", "0"), ("node1", "0")], logs
     for node in nodes:

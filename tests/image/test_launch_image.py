@@ -10,15 +10,16 @@ import json
 import os
 import re
 import subprocess
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.helpers import REPO, SCRIPTS
+from tests.helpers.compose import take_down
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.fakesys import FakeSys, bus
+from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.image
@@ -156,7 +157,7 @@ def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp
     nodes["node0"]["depends_on"] = ["node1"]  # node 1 joins first
     compose_file = tmp_path / "compose.nodes.yaml"
     compose_file.write_text(json.dumps({"services": nodes}))  # JSON is YAML
-    project = f"rig-test-{uuid.uuid4().hex[:8]}"
+    project = unique("launch")
     compose = ["docker", "compose", "--ansi", "never", "-f", str(compose_file), "-p", project]
     try:
         up = subprocess.run([*compose, "up", "--no-color"], capture_output=True, text=True, timeout=240)
@@ -171,7 +172,7 @@ def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp
             timeout=60,
         ).stdout.split()
     finally:
-        subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=120, check=False)
+        take_down(project, "-f", str(compose_file))
     assert up.returncode == 0, up.stdout + up.stderr
     assert sorted(zip(states[::2], states[1::2], strict=True)) == [("node0", "0"), ("node1", "0")], logs
     probes = _probes(logs)
@@ -226,7 +227,7 @@ def test_bad_input_in_the_image_is_one_line_and_dry_run_prints_the_command(
 
 def test_make_train_on_a_cpu_only_box_names_the_gpu_fix() -> None:
     # A project of its own, so the test neither touches nor leaves behind the user's volumes.
-    project = f"rig-test-{uuid.uuid4().hex[:8]}"
+    project = unique("launch")
     env = {**os.environ, "COMPOSE_PROJECT_NAME": project}
     image_name = os.environ.get("IMAGE", "yolo-rig:cu121").split(":")[0]
     try:
@@ -240,13 +241,7 @@ def test_make_train_on_a_cpu_only_box_names_the_gpu_fix() -> None:
             check=False,
         )
     finally:
-        subprocess.run(
-            ["docker", "compose", "-f", "compose.yaml", "-p", project, "down", "-v"],
-            cwd=REPO,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        take_down(project)
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
     errors = [line for line in out.splitlines() if line.startswith("ERROR rig: ")]

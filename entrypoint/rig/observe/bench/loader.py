@@ -17,8 +17,7 @@ from rig import log
 from rig.launch import batch as launch_batch
 from rig.observe.bench import tail
 from rig.observe.bench.results import BenchOptions, LoaderResult, Plan
-from rig.yolo import contract, device_augment, overlay, tuning, ultra
-from rig.yolo.nodecache import cached_dataset
+from rig.yolo import augment, contract, overlay, tuning, ultra
 
 _logger = log.get("bench")
 LOADER_KEYS = ("cache", "workers")
@@ -63,8 +62,7 @@ def dataset(
     t0 = time.perf_counter()
     with contextlib.ExitStack() as hooks:
         if ours:
-            hooks.enter_context(cached_dataset.in_use(cfg))
-            hooks.enter_context(device_augment.in_use("train"))
+            hooks.enter_context(augment.building(cfg, "train", exact=False, guards=False))
         ds = ultra.build_yolo_dataset(cfg, data["train"], batch, data, mode="train", stride=32)
     return ds, time.perf_counter() - t0
 
