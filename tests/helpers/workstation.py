@@ -153,6 +153,29 @@ def up(ws: Workstation) -> None:
     ws.ready_after = time.monotonic() - ws.started_at
 
 
+def as_yolo(ws: Workstation, script: str, timeout: int = 60) -> str:
+    """What script prints, run by yolo over SSH; it must succeed."""
+    result = ws.ssh(script, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def restart(ws: Workstation) -> str:
+    """Restart the container as its user may; return the log of the new start only."""
+    since = ws.exec("date -u +%Y-%m-%dT%H:%M:%S.%NZ").strip()
+    ws.compose("restart", "-t", "30", "workstation", timeout=180)
+    wait_until(ws.answers, timeout=120, interval=0.3)
+    cid = ws.compose("ps", "-q", "workstation").stdout.strip()
+    out = subprocess.run(
+        ["docker", "logs", "--since", since, cid], capture_output=True, text=True, check=True
+    )
+    log = out.stdout + out.stderr
+    # The window also holds the old instance's stop (a kernel restarting then may print a traceback);
+    # its last line is "INFO serve: stopped".
+    marker = "INFO serve: stopped\n"
+    return log.rsplit(marker, 1)[-1] if marker in log else log
+
+
 # Runs inside the container: starts a kernel through the REST API and sends it one cell over the
 # kernel websocket; waits for the reply (printing the cell's output after OUTPUT:), or only for the
 # cell to start when argv[2] is "start". argv[3], if given, is the token (else the generated one).
