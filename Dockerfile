@@ -6,6 +6,9 @@
 # `make build [STACK=cu128]`.
 
 ARG BASE_IMAGE=debian:bookworm-slim
+# The base's Python, said once: Debian bookworm's python3 is python3.11. Builder and runtime share it,
+# so the venv's interpreter and its site-packages path hold; each stage that names a path derives it.
+ARG PYTHON_VERSION=3.11
 # The CUDA stack (pyproject.toml's extra), global for the last FROM: it picks the image's final stage.
 ARG STACK=cu121
 
@@ -18,7 +21,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # An apt mirror, e.g. http://mirror.example/debian; empty keeps the base image's sources.
 ARG APT_MIRROR=""
 COPY docker/apt-install.sh /usr/local/lib/rig/apt-install.sh
-# python3 is Debian's 3.11, shared by builder and runtime so the venv's interpreter path holds.
+# python3 is the base's Python (PYTHON_VERSION), shared by builder and runtime.
 RUN --mount=type=secret,id=ca \
     /usr/local/lib/rig/apt-install.sh --mirror "${APT_MIRROR}" python3 ca-certificates
 
@@ -64,6 +67,7 @@ ARG STACK=cu121
 # RIG_FEATURES: Ultralytics features left out by default, as pyproject.toml's dependency groups
 # (e.g. "openvino streamlit"); locked like the rest. Empty: none.
 ARG RIG_FEATURES=""
+ARG PYTHON_VERSION
 WORKDIR /src
 # ${groups} is split into its --group flags on purpose.
 # hadolint ignore=SC2086
@@ -79,7 +83,7 @@ RUN --mount=type=secret,id=ca \
       && uv export --offline --quiet --locked --no-dev --no-emit-project --no-header \
          --format requirements-txt --extra "${STACK}" ${groups} -o /tmp/requirements.txt \
       || { echo "ERROR build: uv.lock is stale for pyproject.toml (run 'make lock'), or RIG_FEATURES='${RIG_FEATURES}' names a group pyproject.toml lacks"; exit 1; }; } \
-    && uv venv --quiet --python /usr/bin/python3.11 /opt/venv \
+    && uv venv --quiet --python "/usr/bin/python${PYTHON_VERSION}" /opt/venv \
     && uv pip install --python /opt/venv/bin/python --quiet --require-hashes --no-deps -r /tmp/req-base.txt \
     && uv pip sync --python /opt/venv/bin/python --quiet --require-hashes --no-build-isolation \
          /tmp/requirements.txt \
@@ -99,8 +103,9 @@ FROM builder AS tuned
 # Python API and notebooks all get them; a key Ultralytics lacks fails the build here.
 COPY configs /opt/rig/configs
 COPY docker/merge-ultralytics-cfg.py docker/ultralytics-settings.py /usr/local/lib/rig/
+ARG PYTHON_VERSION
 RUN /opt/venv/bin/python /usr/local/lib/rig/merge-ultralytics-cfg.py /opt/rig/configs/ultralytics.yaml \
-        /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml /opt/rig/configs/upstream.yaml
+        "/opt/venv/lib/python${PYTHON_VERSION}/site-packages/ultralytics/cfg/default.yaml" /opt/rig/configs/upstream.yaml
 # Offline settings and fonts, written by the pinned Ultralytics itself: the defaults `rig exec`
 # seeds each user's settings from, and root's own (RIG_USER=root). The directory is sticky and
 # world-writable like /tmp because Ultralytics' own DDP launcher writes there when a user whose
@@ -137,11 +142,12 @@ FROM builder AS project
 COPY pyproject.toml uv.lock README.md /src/
 COPY entrypoint /src/entrypoint
 COPY docker/isolate-script.py /usr/local/lib/rig/isolate-script.py
+ARG PYTHON_VERSION
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv cache clean --quiet yolo-rig \
     && uv pip install --python /opt/venv/bin/python --prefix /opt/rig-project --quiet --no-deps --offline /src \
     && rm -f /opt/rig-project/.lock \
-    && dist=$(echo /opt/rig-project/lib/python3.11/site-packages/yolo_rig-*.dist-info) \
+    && dist=$(echo "/opt/rig-project/lib/python${PYTHON_VERSION}/site-packages/"yolo_rig-*.dist-info) \
     && rm "${dist}/uv_cache.json" \
     && sed -i '/\/uv_cache\.json,/d' "${dist}/RECORD" \
     && python3 /usr/local/lib/rig/isolate-script.py /opt/rig-project/bin/rig "${dist}/RECORD"
@@ -151,8 +157,9 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 # Python.h (inductor's CPU kernels, Triton's GPU launcher); the runtime takes these two folders,
 # not the static library and the rest of the -dev package, and the builder's layers stay as they are.
 FROM base AS pyheaders
+ARG PYTHON_VERSION
 RUN --mount=type=secret,id=ca \
-    /usr/local/lib/rig/apt-install.sh libpython3.11-dev
+    /usr/local/lib/rig/apt-install.sh "libpython${PYTHON_VERSION}-dev"
 
 # ---------------------------------------------------------------------------------------------
 # The runtime's Debian packages, a stage of their own: the runtime starts from it, and the SBOM
@@ -201,6 +208,7 @@ RUN --mount=type=bind,source=uv.lock,target=/src/uv.lock \
 # a venv of its own, in a stage the runtime takes one file from: neither it nor its dependencies
 # reach the image's /opt/venv.
 FROM builder AS sbom
+ARG PYTHON_VERSION
 # No bytecode for a venv that runs once; the lock bound as in the builder.
 RUN --mount=type=secret,id=ca \
     --mount=type=cache,target=/root/.cache/uv \
@@ -209,7 +217,7 @@ RUN --mount=type=secret,id=ca \
     [ -f /run/secrets/ca ] && export SSL_CERT_FILE=/run/secrets/ca; \
     uv export --offline --quiet --locked --only-group sbom --no-emit-project --no-header \
         --format requirements-txt -o /tmp/sbom-requirements.txt \
-    && uv venv --quiet --python /usr/bin/python3.11 /opt/sbom \
+    && uv venv --quiet --python "/usr/bin/python${PYTHON_VERSION}" /opt/sbom \
     && UV_COMPILE_BYTECODE=0 uv pip install --python /opt/sbom/bin/python --quiet --require-hashes --no-deps \
         -r /tmp/sbom-requirements.txt
 COPY docker/sbom.py /usr/local/lib/rig/sbom.py
@@ -225,14 +233,16 @@ RUN --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
         --pyproject /src/pyproject.toml --mc-type application -o /tmp/python.cdx.json /opt/venv/bin/python \
     && mkdir -p /opt/rig \
     && /opt/sbom/bin/python /usr/local/lib/rig/sbom.py --stack "${STACK}" --debian-version "$(cat /tmp/debian_version)" \
-        --lock /src/uv.lock --site-packages /opt/venv/lib/python3.11/site-packages \
+        --lock /src/uv.lock --site-packages "/opt/venv/lib/python${PYTHON_VERSION}/site-packages" \
         /tmp/python.cdx.json /tmp/debian-packages.txt >/opt/rig/packages.cdx.json
 
 # ---------------------------------------------------------------------------------------------
 FROM os AS runtime
 
-COPY --from=pyheaders /usr/include/python3.11 /usr/include/python3.11
-COPY --from=pyheaders /usr/include/x86_64-linux-gnu/python3.11 /usr/include/x86_64-linux-gnu/python3.11
+ARG PYTHON_VERSION
+COPY --from=pyheaders /usr/include/python${PYTHON_VERSION} /usr/include/python${PYTHON_VERSION}
+COPY --from=pyheaders /usr/include/x86_64-linux-gnu/python${PYTHON_VERSION} \
+     /usr/include/x86_64-linux-gnu/python${PYTHON_VERSION}
 COPY --from=builder /opt/venv /opt/venv
 
 # The NVIDIA container toolkit reads these to inject the driver.
@@ -268,8 +278,8 @@ ENV RIG_CACHE_DIR=/cache \
     TORCHINDUCTOR_FX_GRAPH_CACHE=1
 # The volumes' mount points, owned by yolo so fresh named volumes are too; baked weights (if any)
 # seed a fresh `weights` volume.
-COPY --from=tuned /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml \
-     /opt/venv/lib/python3.11/site-packages/ultralytics/cfg/default.yaml
+COPY --from=tuned /opt/venv/lib/python${PYTHON_VERSION}/site-packages/ultralytics/cfg/default.yaml \
+     /opt/venv/lib/python${PYTHON_VERSION}/site-packages/ultralytics/cfg/default.yaml
 COPY --from=tuned /opt/rig/configs /opt/rig/configs
 COPY --from=tuned /opt/rig/ultralytics /opt/rig/ultralytics
 # The user's settings, seeded in the image too, so a fresh `workspace` volume starts with them and a
@@ -283,8 +293,9 @@ RUN install -d -o yolo -g yolo -m 0755 /workspace/.config \
     && chown -h yolo:yolo /workspace/.config/Ultralytics/Arial.ttf /workspace/.config/Ultralytics/Arial.Unicode.ttf
 # Under pytest Ultralytics saves a run without an absolute project= in site-packages/tests/tmp/runs
 # (cfg.get_save_dir), read-only here: that folder is a link to the runs volume.
-RUN mkdir -p /opt/venv/lib/python3.11/site-packages/tests/tmp \
-    && ln -s /workspace/runs /opt/venv/lib/python3.11/site-packages/tests/tmp/runs
+RUN site="/opt/venv/lib/python${PYTHON_VERSION}/site-packages" \
+    && mkdir -p "${site}/tests/tmp" \
+    && ln -s /workspace/runs "${site}/tests/tmp/runs"
 COPY --from=tuned --chown=1000:1000 /opt/rig/weights /weights
 RUN mkdir -p /datasets /workspace/runs /cache \
     && chown yolo:yolo /datasets /weights /workspace/runs /cache
@@ -306,7 +317,7 @@ RUN install -d -m 0755 /opt/venv/libexec \
 # pip for user yolo's sessions (docs/user-environment.md): the builder's own pip (Debian's bundled
 # wheel), run only by rig's gate (rig/workstation/pipgate.py), which installs into ~/.local on the
 # `home` volume within the image's pins. /opt/venv itself stays as the lock made it.
-COPY --from=builder /opt/uv/lib/python3.11/site-packages/pip /opt/rig/pip/pip
+COPY --from=builder /opt/uv/lib/python${PYTHON_VERSION}/site-packages/pip /opt/rig/pip/pip
 COPY docker/session-python /opt/rig/python
 COPY docker/pip /usr/local/bin/pip
 RUN ln -s pip /usr/local/bin/pip3
@@ -324,7 +335,7 @@ RUN /opt/venv/bin/python -I -m rig.yolo.contractcheck --bake /opt/rig/ultralytic
 # Every start of the image's Python (python, `yolo`, kernels, `rig train`'s ranks) gives another
 # Ultralytics a user installs in ~/.local a settings file of its own schema, seeded from the user's,
 # instead of letting it reset theirs (rig/yolo/import_guard.py).
-COPY docker/yolo-rig.pth /opt/venv/lib/python3.11/site-packages/yolo-rig.pth
+COPY docker/yolo-rig.pth /opt/venv/lib/python${PYTHON_VERSION}/site-packages/yolo-rig.pth
 # Every login shell (`docker run IMAGE bash -l`, `make shell`, SSH, Jupyter terminals) gets the
 # venv back on PATH after Debian's /etc/profile resets it, and yolo its own packages.
 RUN /opt/venv/bin/python -c 'import os; from rig.workstation.userenv import render_profile as r; \
@@ -341,6 +352,14 @@ COPY notebooks/ /opt/rig/notebooks/
 ENV TINI_SUBREAPER=1
 ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/rig", "exec", "--"]
 CMD ["rig", "serve"]
+# `rig serve`'s health, for every engine that reads the image's (docker run, compose, Podman): each
+# service RUNNING and listening on its own port. As nobody, in isolated mode (no current directory or
+# PYTHON* variables on its path): it only reads /run/rig/services.json and /proc/net/tcp. The start
+# period covers a start that re-owns the volumes (RIG_REOWN_BUDGET_S, 60 s). A container that runs
+# another command (`rig train`) serves nothing and reports unhealthy: `docker run --no-healthcheck`.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs", \
+         "/opt/venv/bin/python", "-I", "-m", "rig", "health"]
 
 # The stack's name, for `rig --version` and `rig doctor` (which stack to use on a GPU this one lacks).
 ARG STACK=cu121
@@ -368,9 +387,10 @@ LABEL org.opencontainers.image.title="yolo-rig" \
 # no package installed as it is (rig's configs, the Python headers, /usr/local/bin/pip, what the
 # build generated or replaced) with its SHA-256 (docker/sbom_files.py, with the image's own Python).
 FROM runtime AS described
+ARG PYTHON_VERSION
 RUN --mount=type=bind,from=sbom,source=/opt/rig/packages.cdx.json,target=/tmp/sbom/packages.cdx.json \
     --mount=type=bind,source=docker/sbom_files.py,target=/tmp/sbom/sbom_files.py \
-    python3 -I /tmp/sbom/sbom_files.py --root / --site-packages /opt/venv/lib/python3.11/site-packages \
+    python3 -I /tmp/sbom/sbom_files.py --root / --site-packages "/opt/venv/lib/python${PYTHON_VERSION}/site-packages" \
         /tmp/sbom/packages.cdx.json >/tmp/sbom.cdx.json \
     && mv /tmp/sbom.cdx.json /opt/rig/sbom.cdx.json
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import names
 from tests.helpers.containers import IMAGE, Containers, free_port
 from tests.helpers.waiting import wait_until
 
@@ -57,6 +58,30 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "ultralytics_window: the image with another Ultralytics release (`make test-ultralytics V=X`)",
     )
+    names.run_id()  # before xdist starts its workers: they inherit the run's id
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The run fails where its tests left a container, volume or network behind: each test takes down
+    what it starts (a compose project with its volumes). Only this run's are looked at (their names
+    carry its id: tests/helpers/names.py); in xdist's controller, once every worker is done."""
+    if hasattr(session.config, "workerinput"):
+        return
+    left = names.left_behind(names.run_id())
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"ERROR tests: this run's tests left {len(left)} behind in Docker:", *(f"  {x}" for x in left)]
+    if reporter is not None:
+        reporter.write("\n")  # after the progress line, which xdist's reporter leaves open
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+        else:
+            print(line)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,5 +1,5 @@
 """Where a train image's loader time goes: `ds[i]` and the collate with and without the RAM cache, and
-with the pixel work left to the device (rig.yolo.device_augment), their top functions under cProfile,
+with the pixel work left to the device (rig.yolo.augment), their top functions under cProfile,
 the device tail per image on this CPU, and JPEG decode + resize cost by source size (BENCHMARKS.md).
 
 Runs inside the image, one process, no workers:
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import cv2
 import torch
-from rig.yolo import device_augment
+from rig.yolo.augment import dataset as augment_dataset
+from rig.yolo.augment import device as augment_device
 from rig.yolo.demo_data import make_demo_dataset
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_yolo_dataset
@@ -28,7 +29,7 @@ IMGSZ, BATCH, WARMUP, SAMPLES = 640, 16, 32, 208
 def dataset(data_yaml: Path, cache: object, deferred: bool = False) -> object:
     data = check_det_dataset(str(data_yaml))  # the yaml as Ultralytics reads it: paths resolved
     cfg = get_cfg(overrides={"imgsz": IMGSZ, "batch": BATCH, "cache": cache})
-    hook = device_augment.in_use("train", {}, announce=False) if deferred else contextlib.nullcontext()
+    hook = augment_dataset.in_use("train", {}, announce=False) if deferred else contextlib.nullcontext()
     with hook:
         return build_yolo_dataset(cfg, data["train"], BATCH, data, mode="train", stride=32)
 
@@ -48,9 +49,9 @@ def tail_ms(ds: object) -> float:
     batch = type(ds).collate_fn([ds[i] for i in range(BATCH)])  # type: ignore[index]
     times = []
     for _ in range(6):
-        copy = device_augment.handed_over(batch)
+        copy = augment_device.handed_over(batch)
         t0 = time.perf_counter()
-        device_augment.finish(copy, torch.device("cpu"))
+        augment_device.finish(copy, torch.device("cpu"))
         times.append(time.perf_counter() - t0)
     return statistics.median(times[1:]) / BATCH * 1000
 

@@ -8,12 +8,10 @@ every 10 s) imports only its own.
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 
-from rig import spelling
-from rig.errors import RigError
+from rig import program
 
 # Each command's one-line help, in the order `rig --help` lists them; its module is
 # rig.commands.<name> ('-' as '_'). tests/unit/test_cli.py checks each against its module.
@@ -96,21 +94,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
-    try:
+
+    def run_command() -> int:
         if command in PREPARED:
             from rig import places
 
             places.prepare_process()
         code: int = args.func(args)
         return code
-    except RigError as e:
-        import logging  # loaded by log.setup() above: a command ran
 
-        # The option as the user typed it: `--gpus 9`, or `GPUS=9` under `make train` (rig.spelling).
-        logging.getLogger("rig").error("%s", e.line(spelling.from_environ(os.environ)))
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+    return program.run(run_command)  # a RigError: one ERROR line, its exit code; Ctrl-C 130
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ read here only.
 
 The launcher writes the run's variables (`launch_variables`), the binder each rank's own
 (`gpu_variables`, `binding_variables`); the trainer, telemetry and metrics read them back through
-the readers below. Values in, values out: nothing here touches os.environ.
+the readers below, and torchrun's own (WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE) as numbers
+(rig.envnumbers). Values in, values out: nothing here touches os.environ.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 
+from rig import envnumbers
 from rig.errors import RigError
 from rig.hardware.topology import format_cpulist, normalize_bus_id, visible_entries
 
@@ -27,6 +29,35 @@ RUN_DIR = "RIG_RUN_DIR"  # the run's folder, decided once for every rank
 ENV_DEFAULTS = "RIG_ENV_DEFAULTS"
 
 GPUS_PER_RANK = ("one", "ordered")
+
+# torchrun's, for every rank it starts; unset outside torchrun (one process). Ultralytics' -1 for a
+# rank outside DDP is taken too.
+_TORCHRUN = "torchrun sets it for each rank; unset it outside torchrun"
+WORLD_SIZE = envnumbers.Number("WORLD_SIZE", low=1, default=1, whole=True, hint=_TORCHRUN)
+LOCAL_WORLD_SIZE = envnumbers.Number("LOCAL_WORLD_SIZE", low=1, default=1, whole=True, hint=_TORCHRUN)
+RANK = envnumbers.Number("RANK", low=-1, default=0, whole=True, hint=_TORCHRUN)
+LOCAL_RANK = envnumbers.Number("LOCAL_RANK", low=-1, default=0, whole=True, hint=_TORCHRUN)
+_CUDA_DEVICE = envnumbers.Number(CUDA_DEVICE, low=0, whole=True, hint="the binder sets it for each rank")
+
+
+def world_size(environ: Mapping[str, str]) -> int:
+    """The ranks of every node (torchrun's WORLD_SIZE); 1 outside torchrun."""
+    return WORLD_SIZE.read_int(environ)
+
+
+def local_world_size(environ: Mapping[str, str]) -> int:
+    """The ranks of this node (torchrun's LOCAL_WORLD_SIZE); 1 outside torchrun."""
+    return LOCAL_WORLD_SIZE.read_int(environ)
+
+
+def rank(environ: Mapping[str, str]) -> int:
+    """This rank's global index (torchrun's RANK); 0 outside torchrun."""
+    return RANK.read_int(environ)
+
+
+def local_rank(environ: Mapping[str, str]) -> int:
+    """This rank's index on its node (torchrun's LOCAL_RANK); 0 outside torchrun."""
+    return LOCAL_RANK.read_int(environ)
 
 
 def rig_defaults(environ: Mapping[str, str]) -> set[str]:
@@ -73,8 +104,7 @@ def binding_variables(
 
 def cuda_device(environ: Mapping[str, str]) -> int | None:
     """The binder's choice of the rank's GPU, as torch numbers it; None outside the binder."""
-    given = environ.get(CUDA_DEVICE, "").strip()
-    return int(given) if given else None
+    return _CUDA_DEVICE.read_int(environ) if environ.get(CUDA_DEVICE, "").strip() else None
 
 
 def format_run_gpus(gpus: Iterable[tuple[int, str]]) -> str:

@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from tests.helpers import REPO
+from tests.helpers.names import unique
 
 STANDIN = REPO / "docker" / "cluster" / "apptainer.py"
 
@@ -146,7 +147,7 @@ class Apptainer:
         return [*docker, "--entrypoint", args[0], self.image, *args[1:]]
 
     def _call(self, action: str, args: Sequence[str], timeout: int, **kwargs: Any) -> tuple[int, str]:
-        name = f"rig-test-apptainer-{uuid.uuid4().hex[:10]}"
+        name = unique("apptainer")
         self.names.append(name)
         try:
             proc = subprocess.run(
@@ -173,7 +174,7 @@ class Apptainer:
     @contextlib.contextmanager
     def started(self, action: str, args: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen[str]]:
         """A long-running command (a server), stopped and removed at the end."""
-        name = f"rig-test-apptainer-{uuid.uuid4().hex[:10]}"
+        name = unique("apptainer")
         self.names.append(name)
         proc = subprocess.Popen(
             self.argv(action, args, name=name, **kwargs),

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import uuid
 from typing import Any
+
+from tests.helpers.names import unique
 
 IMAGE = os.environ.get("IMAGE", "yolo-rig:cu121")
 
@@ -27,7 +28,7 @@ class Containers:
 
     def run(self, command: Any = None, **kwargs: Any) -> Any:
         kwargs.setdefault("detach", True)
-        kwargs.setdefault("name", f"rig-test-{uuid.uuid4().hex[:10]}")
+        kwargs.setdefault("name", unique())
         container = self.client.containers.run(self.image, command, **kwargs)
         self.started.append(container)
         return container

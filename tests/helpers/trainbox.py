@@ -4,12 +4,12 @@ the tested window's test share."""
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from tests.helpers import SCRIPTS
 from tests.helpers.containers import Containers
+from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 
 
@@ -17,7 +17,7 @@ from tests.helpers.waiting import wait_until
 def box(containers: Containers, docker_client: Any, images: int, imgsz: int, seconds: int) -> Iterator[Any]:
     """A container of the image (as root) with a fresh volume at /runs holding a demo dataset of
     `images` training images and a quarter as many for validation, and the test scripts at /tests."""
-    volume = docker_client.volumes.create(f"rig-test-{uuid.uuid4().hex[:10]}")
+    volume = docker_client.volumes.create(unique())
     try:
         mounts = {
             volume.name: {"bind": "/runs", "mode": "rw"},

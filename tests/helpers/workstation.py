@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import requests
 
 from tests.helpers import REPO, SCRIPTS
 from tests.helpers.containers import IMAGE, free_port
+from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 
 
@@ -131,7 +131,7 @@ def start(project_prefix: str, tmp: Path, **env: str) -> Workstation:
     if not key.exists():
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     ws = Workstation(
-        project=f"{project_prefix}-{uuid.uuid4().hex[:8]}",
+        project=unique(project_prefix),
         tmp=tmp,
         key=key,
         env={
@@ -151,6 +151,29 @@ def up(ws: Workstation) -> None:
     ws.compose("up", "-d")
     wait_until(ws.answers, timeout=90, interval=0.2)
     ws.ready_after = time.monotonic() - ws.started_at
+
+
+def as_yolo(ws: Workstation, script: str, timeout: int = 60) -> str:
+    """What script prints, run by yolo over SSH; it must succeed."""
+    result = ws.ssh(script, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def restart(ws: Workstation) -> str:
+    """Restart the container as its user may; return the log of the new start only."""
+    since = ws.exec("date -u +%Y-%m-%dT%H:%M:%S.%NZ").strip()
+    ws.compose("restart", "-t", "30", "workstation", timeout=180)
+    wait_until(ws.answers, timeout=120, interval=0.3)
+    cid = ws.compose("ps", "-q", "workstation").stdout.strip()
+    out = subprocess.run(
+        ["docker", "logs", "--since", since, cid], capture_output=True, text=True, check=True
+    )
+    log = out.stdout + out.stderr
+    # The window also holds the old instance's stop (a kernel restarting then may print a traceback);
+    # its last line is "INFO serve: stopped".
+    marker = "INFO serve: stopped\n"
+    return log.rsplit(marker, 1)[-1] if marker in log else log
 
 
 # Runs inside the container: starts a kernel through the REST API and sends it one cell over the

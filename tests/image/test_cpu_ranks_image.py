@@ -9,17 +9,12 @@ batch 4 over 2 ranks (4 batches of 2 per rank an epoch).
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import SCRIPTS
+from tests.helpers import SCRIPTS, composenodes
 from tests.helpers.containers import Containers
 from tests.helpers.waiting import wait_until
 
@@ -62,56 +57,19 @@ def test_two_containers_train_as_two_nodes_on_cpu_ranks(containers: Containers, 
     assert rc == 0, out
     train = f"rig train {ARGS.replace('/tmp/demo', '/data/demo')} epochs=2 project=/tmp/runs name=n"
     service = {
-        "image": os.environ.get("IMAGE", "yolo-rig:cu121"),
-        "pull_policy": "never",
         "cpuset": "0-1",
         "volumes": [f"{data}:/data:ro"],
+        "command": ["bash", "-c", f"{train} && (cut -d, -f1 /tmp/runs/n/results.csv || true)"],
+        "environment": {
+            "RDZV_ID": "cpu-ranks-test",  # by hand: the run's identity, so the nodes agree on its folder
+            "RIG_NCCL_TIMEOUT": "300",  # a rank left waiting in a collective fails in minutes
+        },
     }
-    nodes = {
-        f"node{rank}": {
-            **service,
-            "hostname": f"node{rank}",
-            "command": ["bash", "-c", f"{train} && (cut -d, -f1 /tmp/runs/n/results.csv || true)"],
-            "environment": {
-                "NNODES": "2",
-                "NODE_RANK": str(rank),
-                "MASTER_ADDR": "node0",
-                "MASTER_PORT": "29431",
-                "RDZV_ID": "cpu-ranks-test",  # by hand: the run's identity, so the nodes agree on its folder
-                "RIG_NCCL_TIMEOUT": "300",  # a rank left waiting in a collective fails in minutes
-            },
-        }
-        for rank in (0, 1)
-    }
-    compose_file = tmp_path / "compose.nodes.yaml"
-    compose_file.write_text(json.dumps({"services": nodes}))
-    project = f"cpuranks-test-{uuid.uuid4().hex[:8]}"
-    compose = ["docker", "compose", "--ansi", "never", "-f", str(compose_file), "-p", project]
-    try:
-        up = subprocess.run([*compose, "up", "--no-color"], capture_output=True, text=True, timeout=900)
-        logs = {
-            node: re.sub(
-                r"\x1b\[[0-9;]*[A-Za-z]",
-                "",
-                subprocess.run(
-                    [*compose, "logs", "--no-color", "--no-log-prefix", node],
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                ).stdout,
-            )
-            for node in nodes
-        }
-        states = subprocess.run(
-            [*compose, "ps", "-a", "--format", "{{.Service}} {{.ExitCode}}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout.split()
-    finally:
-        subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=120, check=False)
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert sorted(zip(states[::2], states[1::2], strict=True)) == [("node0", "0"), ("node1", "0")], logs
+    nodes = composenodes.nodes(service, 29431, node0={"hostname": "node0"}, node1={"hostname": "node1"})
+    ran = composenodes.run(nodes, tmp_path, kind="cpuranks", timeout=900)
+    logs = ran.logs
+    assert ran.up.returncode == 0, ran.up.stdout + ran.up.stderr
+    assert ran.states == [("node0", "0"), ("node1", "0")], logs
     for node in nodes:
         assert "INFO launch: world: 2 ranks = 2 nodes x 1 rank per node (cpu, gloo)" in logs[node], logs[node]
         assert "--rdzv-backend static" in logs[node]

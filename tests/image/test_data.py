@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import REPO
+from tests.helpers.compose import take_down
 from tests.helpers.containers import Containers, free_port
+from tests.helpers.names import unique
 
 pytestmark = pytest.mark.image
 
@@ -34,7 +36,7 @@ class Make:
 
     def __init__(self, image: str) -> None:
         self.name, self.tag = image.rsplit(":", 1)
-        self.project = f"rig-test-data-{uuid.uuid4().hex[:8]}"
+        self.project = unique("data")
         self.metrics_port = free_port()  # make train's /metrics, never another run's
 
     def __call__(self, *args: str, timeout: int = 300) -> tuple[int, str]:
@@ -71,14 +73,7 @@ class Make:
 
     def down(self) -> None:
         for overlay in ([], ["-f", "compose.runs.yaml"]):
-            subprocess.run(
-                ["docker", "compose", "-p", self.project, "-f", "compose.yaml", *overlay, "down", "-v"],
-                cwd=REPO,
-                env={**os.environ, "RUNS_DIR": "/tmp"},
-                capture_output=True,
-                timeout=120,
-                check=False,
-            )
+            take_down(self.project, "-f", "compose.yaml", *overlay, env={"RUNS_DIR": "/tmp"})
 
 
 @pytest.fixture
@@ -152,6 +147,25 @@ def test_make_train_on_a_host_folder(make: Make, containers: Containers, tmp_pat
     owners = {(p.stat().st_uid, p.stat().st_gid) for p in [runs, *runs.rglob("*")]}
     assert owners == {(UID, GID)}, owners
     assert sorted(str(p.relative_to(data)) for p in data.rglob("*")) == before  # mounted read-only
+
+
+def test_a_project_cut_short_goes_with_its_volumes_and_network(make: Make) -> None:
+    """What a test that times out leaves running (`make train`'s one-off container, the volumes it
+    mounts, the network), which compose's `down` alone leaves behind, goes with the project."""
+    started = subprocess.run(
+        ["docker", "compose", "-p", make.project, "-f", "compose.yaml", "-f", "compose.cpu.yaml",
+         "run", "-d", "--no-deps", "workstation", "sleep", "300"],
+        cwd=REPO, env={**os.environ, "IMAGE": f"{make.name}:{make.tag}"}, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert make.containers()
+    make.down()
+    label = f"label=com.docker.compose.project={make.project}"
+    for kind in (["ps", "--all"], ["volume", "ls"], ["network", "ls"]):
+        argv = ["docker", *kind, "--quiet", "--filter", label]
+        left = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout.split()
+        assert left == [], (kind, left)
 
 
 def test_a_missing_host_folder_is_one_line_and_starts_nothing(make: Make, tmp_path: Path) -> None:

@@ -10,12 +10,12 @@
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
 
 from tests.helpers import SCRIPTS
 from tests.helpers.containers import Containers
+from tests.helpers.names import unique
 
 pytestmark = pytest.mark.image
 
@@ -32,7 +32,7 @@ def _train(containers: Containers, args: str, **kwargs: object) -> tuple[int, st
     return containers.oneshot(
         ["bash", "-c", f"set -e; {DEMO}; {TRAIN} {args}; ls /tmp/runs/run/weights"],
         timeout=600,
-        name=f"ddpfaults-{uuid.uuid4().hex[:8]}",
+        name=unique("ddpfaults"),
         shm_size="1g",
         environment=env,
         **kwargs,
@@ -103,7 +103,7 @@ def test_a_sigkill_during_ultralytics_save_model_leaves_whole_checkpoints(contai
     rc, logs = containers.oneshot(
         ["bash", "-c", f"set -e; {DEMO}; timeout 400 python /tests/checkpoint_kill.py"],
         timeout=500,
-        name=f"ddpfaults-{uuid.uuid4().hex[:8]}",
+        name=unique("ddpfaults"),
         network_mode="none",
         volumes={str(SCRIPTS): {"bind": "/tests", "mode": "ro"}},
     )

@@ -1,6 +1,7 @@
-"""Mosaic, the affine warp, colour and layout on the device (rig.yolo.device_augment) in the image, on
+"""Mosaic, the affine warp, colour and layout on the device (rig.yolo.augment) in the image, on
 CPU tensors: the same pixels as Ultralytics' Mosaic + RandomPerspective (OpenCV) + RandomHSV + Format,
-the same labels and RNG draws, and `rig train` using it by default and saying so once.
+the same labels and RNG draws, the dataset's classes in their order and unpickled by name in a
+spawned loader worker, and `rig train` using it by default and saying so once.
 tools/gpu_check.sh runs the same probes on CUDA.
 
 Small generated datasets (24 images of 200x120 px, imgsz 160) keep each test to one container.
@@ -51,10 +52,12 @@ def test_the_device_tail_equals_randomhsv_and_format_on_cpu_tensors(containers: 
             f"{PROBE} batches {DATA} cpu none 0 torch",
             f"{PROBE} batches {DATA} cpu ram 2 torch",  # node image cache, two forked workers
             f"{PROBE} batches {DATA} cpu disk 0 auto",
+            f"{PROBE} spawn {DATA}",  # every wrapper, as `rig train` builds the dataset
         ]
     )
     probes, logs = run(containers, script)
-    assert len(probes) == 5, logs[-4000:]
+    assert len(probes) == 6, logs[-4000:]
+    *probes, spawned = probes
     for p in probes:
         assert p["within1"] >= WITHIN_ONE and p["max"] <= 2, p
     torch_synthetic, opencv_synthetic, *batches = probes
@@ -70,6 +73,17 @@ def test_the_device_tail_equals_randomhsv_and_format_on_cpu_tensors(containers: 
         "DeviceAugmentedYOLODataset",
     ]
     assert batches[2]["exact"] == 1.0  # auto on a CPU: OpenCV's calls
+    # The wrappers in their order, outermost first; a spawned worker unpickles each class, the
+    # deferred steps and the collate by name and loads what a forked one loads.
+    assert spawned["classes"] == [
+        "rig.yolo.draws.SeededDeviceAugmentedNodeCachedYOLODataset",
+        "rig.yolo.augment.dataset.DeviceAugmentedNodeCachedYOLODataset",
+        "rig.yolo.nodecache.cached_dataset.NodeCachedYOLODataset",
+        "ultralytics.data.dataset.YOLODataset",
+    ], spawned
+    assert spawned["transforms"] == DEFERRED, spawned
+    assert spawned["keys_equal"] and spawned["values_equal"], spawned
+    assert spawned["handed_over"] == ["img", "rig_device_tail", "rig_warp", "rig_warp_tiles"], spawned
 
 
 def test_the_geometry_equals_ultralytics_opencv_warp_on_cpu_tensors(containers: Containers) -> None:

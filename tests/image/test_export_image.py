@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import REPO, SCRIPTS
+from tests.helpers.compose import take_down
+from tests.helpers.names import unique
 
 pytestmark = pytest.mark.image
 
@@ -67,7 +69,7 @@ def test_export_check_on_a_one_epoch_model(containers: Any, image: str, tmp_path
     # `make export` on a host file: the workstation service (CPU overlay) with the file's folder
     # mounted. A fresh datasets volume has no demo images, so the check uses Ultralytics' own.
     name, tag = image.rsplit(":", 1)
-    project = f"rig-test-export-{tmp_path.name[-12:].lower().replace('_', '-')}"
+    project = unique("export")
     env = {**os.environ, "COMPOSE_PROJECT_NAME": project}
     host_weights = runs / "one" / "weights" / "best.pt"
     try:
@@ -80,12 +82,7 @@ def test_export_check_on_a_one_epoch_model(containers: Any, image: str, tmp_path
             timeout=300,
         )
     finally:
-        subprocess.run(
-            ["docker", "compose", "-p", project, "down", "--volumes", "--remove-orphans"],
-            cwd=REPO,
-            capture_output=True,
-            timeout=120,
-        )
+        take_down(project)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
     assert "INFO export: best.onnx vs PyTorch on 2 images at 64x64" in output, output[-2000:]

@@ -21,6 +21,7 @@ import requests
 
 from tests.helpers import SCRIPTS
 from tests.helpers.containers import Containers, free_port
+from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.image
@@ -215,7 +216,7 @@ def test_root_keeps_its_own_cache(found: dict[str, dict[str, Any]]) -> None:
 # ---- /metrics -----------------------------------------------------------------------------------------
 @pytest.fixture
 def network(docker_client: Any) -> Iterator[Any]:
-    net = docker_client.networks.create(f"rig-test-{free_port()}")
+    net = docker_client.networks.create(unique("metrics"))
     try:
         yield net
     finally:

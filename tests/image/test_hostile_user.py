@@ -20,7 +20,16 @@ import requests
 from tests.helpers import SCRIPTS
 from tests.helpers.fakesys import FakeSys, bus
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import KERNEL_CELL, RESULT_LINE, TERMINAL, Workstation, start, up
+from tests.helpers.workstation import (
+    KERNEL_CELL,
+    RESULT_LINE,
+    TERMINAL,
+    Workstation,
+    as_yolo,
+    restart,
+    start,
+    up,
+)
 
 pytestmark = pytest.mark.image
 
@@ -43,27 +52,9 @@ def ws(image: str) -> Iterator[Workstation]:
             ws.compose("down", "-v", "-t", "30", check=False)
 
 
-def as_yolo(ws: Workstation, script: str, timeout: int = 60) -> str:
-    result = ws.ssh(script, timeout=timeout)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
 def write(text: str, path: str) -> str:
     """A shell command that writes text to path exactly (no quoting or escapes on the way)."""
     return f"echo {base64.b64encode(text.encode()).decode()} | base64 -d > {path}"
-
-
-def restart(ws: Workstation) -> str:
-    """Restart the container as its user may; return the log of the new start only."""
-    since = ws.exec("date -u +%Y-%m-%dT%H:%M:%S.%NZ").strip()
-    ws.compose("restart", "-t", "30", "workstation", timeout=180)
-    wait_until(ws.answers, timeout=120, interval=0.3)
-    cid = ws.compose("ps", "-q", "workstation").stdout.strip()
-    out = subprocess.run(
-        ["docker", "logs", "--since", since, cid], capture_output=True, text=True, check=True
-    )
-    return out.stdout + out.stderr
 
 
 def _fake_sys(ws: Workstation, tmp: Path) -> tuple[Path, str]:
@@ -526,7 +517,7 @@ def test_services_and_root_import_nothing_from_the_workspace_or_the_home(
     refused = subprocess.run(
         ["docker", "exec", "-u", "root", cid, "pip", "--version"], capture_output=True, text=True, timeout=90
     )
-    assert refused.returncode != 0 and refused.stderr.startswith("ERROR pip installs into user yolo's"), (
+    assert refused.returncode != 0 and refused.stderr.startswith("ERROR pip: installs into user yolo's"), (
         refused.stderr
     )
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from rig.yolo import ultracheck
 
 from tests.helpers import REPO, SCRIPTS
@@ -90,6 +91,21 @@ def test_the_image_asks_the_runtime_for_its_driver(image: str, stack: str) -> No
     cuda = locked_versions(stack)["CUDA_VERSION"]
     assert cuda == STACK_FACTS[stack]["cuda"]
     assert env["NVIDIA_REQUIRE_CUDA"] == f"cuda>={cuda}"
+
+
+@pytest.mark.stack
+def test_the_image_carries_its_healthcheck(docker_client: Any, image: str) -> None:
+    """`docker run`, compose and any engine that reads the image's own healthcheck get `rig health`,
+    as nobody, in isolated mode (compose.yaml declares none of its own)."""
+    check = docker_client.api.inspect_image(image)["Config"]["Healthcheck"]
+    assert check is not None
+    assert check["Test"] == [
+        "CMD", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs",
+        "/opt/venv/bin/python", "-I", "-m", "rig", "health",
+    ]  # fmt: skip
+    seconds = {k: check[k] / 1e9 for k in ("Interval", "Timeout", "StartPeriod")}
+    assert seconds == {"Interval": 10, "Timeout": 5, "StartPeriod": 60} and check["Retries"] == 3, check
+    assert "healthcheck" not in yaml.safe_load((REPO / "compose.yaml").read_text())["services"]["workstation"]
 
 
 @pytest.mark.stack

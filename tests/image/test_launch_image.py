@@ -10,15 +10,16 @@ import json
 import os
 import re
 import subprocess
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import REPO, SCRIPTS
+from tests.helpers import REPO, SCRIPTS, composenodes
+from tests.helpers.compose import take_down
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.fakesys import FakeSys, bus
+from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.image
@@ -131,49 +132,17 @@ def test_two_containers_rendezvous_as_two_nodes(box: tuple[Path, list[str]], tmp
     root, ids = box
     cmd = ["rig", "launch", "--gpus", "1", "--sysfs-root", "/fake/sys", "--gpu-bus-ids", ids[0]]
     cmd += ["--", "python", "/fake/probe.py"]
-    service = {
-        "image": os.environ.get("IMAGE", "yolo-rig:cu121"),
-        "pull_policy": "never",
-        "command": cmd,
-        "cpuset": "0-1",
-        "volumes": [f"{root}:/fake:ro"],
-    }
+    service = {"command": cmd, "cpuset": "0-1", "volumes": [f"{root}:/fake:ro"]}
     hostnames = {0: "node-b", 1: "node-a"}
-    nodes = {
-        f"node{rank}": {
-            **service,
-            "hostname": hostnames[rank],
-            "networks": {"default": {"aliases": [hostnames[rank]]}},
-            "environment": {
-                "NNODES": "2",
-                "NODE_RANK": str(rank),
-                "MASTER_ADDR": "node0",
-                "MASTER_PORT": "29400",
-            },
-        }
-        for rank in (0, 1)
+    per_node = {
+        f"node{r}": {"hostname": h, "networks": {"default": {"aliases": [h]}}} for r, h in hostnames.items()
     }
+    nodes = composenodes.nodes(service, 29400, **per_node)
     nodes["node0"]["depends_on"] = ["node1"]  # node 1 joins first
-    compose_file = tmp_path / "compose.nodes.yaml"
-    compose_file.write_text(json.dumps({"services": nodes}))  # JSON is YAML
-    project = f"rig-test-{uuid.uuid4().hex[:8]}"
-    compose = ["docker", "compose", "--ansi", "never", "-f", str(compose_file), "-p", project]
-    try:
-        up = subprocess.run([*compose, "up", "--no-color"], capture_output=True, text=True, timeout=240)
-        logs = subprocess.run(
-            [*compose, "logs", "--no-color", "--no-log-prefix"], capture_output=True, text=True, timeout=60
-        ).stdout
-        logs = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", logs)  # compose 2.26 clears lines even with --ansi never
-        states = subprocess.run(
-            [*compose, "ps", "-a", "--format", "{{.Service}} {{.ExitCode}}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout.split()
-    finally:
-        subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=120, check=False)
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert sorted(zip(states[::2], states[1::2], strict=True)) == [("node0", "0"), ("node1", "0")], logs
+    ran = composenodes.run(nodes, tmp_path, kind="launch", timeout=240)
+    logs = ran.all_logs
+    assert ran.up.returncode == 0, ran.up.stdout + ran.up.stderr
+    assert ran.states == [("node0", "0"), ("node1", "0")], logs
     probes = _probes(logs)
     assert [p["env"]["RANK"] for p in probes] == ["0", "1"], logs
     assert all(p["env"]["WORLD_SIZE"] == "2" and p["sum"] == 3.0 for p in probes), logs
@@ -235,7 +204,7 @@ def test_bad_input_in_the_image_is_one_line_and_dry_run_prints_the_command(
 
 def test_make_train_on_a_cpu_only_box_names_the_gpu_fix() -> None:
     # A project of its own, so the test neither touches nor leaves behind the user's volumes.
-    project = f"rig-test-{uuid.uuid4().hex[:8]}"
+    project = unique("launch")
     env = {**os.environ, "COMPOSE_PROJECT_NAME": project}
     image_name = os.environ.get("IMAGE", "yolo-rig:cu121").split(":")[0]
     try:
@@ -249,13 +218,7 @@ def test_make_train_on_a_cpu_only_box_names_the_gpu_fix() -> None:
             check=False,
         )
     finally:
-        subprocess.run(
-            ["docker", "compose", "-f", "compose.yaml", "-p", project, "down", "-v"],
-            cwd=REPO,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        take_down(project)
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
     errors = [line for line in out.splitlines() if line.startswith("ERROR rig: ")]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, SCRIPTS
+from tests.helpers.compose import take_down
 from tests.helpers.containers import IMAGE, free_port
+from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 from tests.helpers.wheels import make_wheel
 from tests.helpers.workstation import KERNEL_CELL, Workstation, start, up
@@ -133,7 +134,7 @@ def test_without_the_proxy_or_its_ca_the_file_is_out_of_reach(ws: tuple[Workstat
 
 def test_make_weights_goes_through_the_proxy(site: Path) -> None:
     port = free_port()
-    project = f"userbox-make-{uuid.uuid4().hex[:8]}"
+    project = unique("make-proxy")
     proxy = run_proxy(site, f"{project}-proxy", "-p", f"127.0.0.1:{port}:3128")
     image, tag = IMAGE.rsplit(":", 1)
     try:
@@ -153,10 +154,7 @@ def test_make_weights_goes_through_the_proxy(site: Path) -> None:
         assert "tiny.pt" in listed.stdout.split()
     finally:
         subprocess.run(["docker", "rm", "-f", proxy], capture_output=True, timeout=120, check=False)
-        for volume in ("workspace", "datasets", "weights", "cache", "home", "state"):
-            subprocess.run(
-                ["docker", "volume", "rm", f"{project}_{volume}"], capture_output=True, check=False
-            )
+        take_down(project)  # the volumes and the network `make weights` made
 
 
 def _host_env() -> dict[str, str]:

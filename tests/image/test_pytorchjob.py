@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 
 from tests.helpers import pytorchjob, trainjob
 from tests.helpers.containers import Containers
+from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.image, pytest.mark.slow]
@@ -66,12 +66,22 @@ def kubeflow(request: pytest.FixtureRequest) -> Job:
     return request.param  # type: ignore[no-any-return]
 
 
+def _users_removed(docker_client: Any, filters: dict[str, str]) -> None:
+    """The containers (the pods) that use a volume or a network, removed before it: a volume a
+    stopped container still names cannot be removed. The `containers` fixture removes them too, but
+    after these fixtures, which the tests ask for after it."""
+    for container in docker_client.containers.list(all=True, filters=filters):
+        with contextlib.suppress(Exception):
+            container.remove(force=True, v=True)
+
+
 @pytest.fixture
 def network(docker_client: Any) -> Iterator[Any]:
-    net = docker_client.networks.create(f"rig-test-{uuid.uuid4().hex[:10]}")
+    net = docker_client.networks.create(unique("net"))
     try:
         yield net
     finally:
+        _users_removed(docker_client, {"network": net.name})
         with contextlib.suppress(Exception):
             net.remove()
 
@@ -80,16 +90,17 @@ def network(docker_client: Any) -> Iterator[Any]:
 def claims(docker_client: Any, kubeflow: Job) -> Iterator[dict[str, str]]:
     """One Docker volume per persistentVolumeClaim, shared by the pods as the claims are."""
     made: dict[str, Any] = {}
-    tag = uuid.uuid4().hex[:10]
+    tag = unique()
     for volume in kubeflow.kind.pod_spec(kubeflow.kind.load()).volumes:
         if volume.persistent_volume_claim:
             made[volume.name] = docker_client.volumes.create(
-                f"rig-test-{tag}-{volume.persistent_volume_claim.claim_name}"
+                f"{tag}-{volume.persistent_volume_claim.claim_name}"
             )
     try:
         yield {name: v.name for name, v in made.items()}
     finally:
         for v in made.values():
+            _users_removed(docker_client, {"volume": v.name})
             with contextlib.suppress(Exception):
                 v.remove(force=True)
 
@@ -148,7 +159,7 @@ def test_two_pods_train_together_as_the_operator_starts_them(
             started.append(
                 containers.run(
                     cpu_args(pod.args, epochs),
-                    name=f"rig-test-{uuid.uuid4().hex[:6]}-{pod.name}-{attempt}",
+                    name=f"{unique()}-{pod.name}-{attempt}",
                     hostname=pod.name,
                     environment=env,
                     volumes=binds,

@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import tomllib
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,10 @@ from typing import Any
 import pytest
 
 from tests.helpers import REPO, SCRIPTS, needs_ssh_keygen
+from tests.helpers.compose import take_down
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.lock import locked_runtime, locked_versions, normalize
+from tests.helpers.names import unique
 from tests.helpers.sbom import components, schema_errors
 from tests.helpers.waiting import wait_until
 
@@ -336,7 +337,7 @@ def test_a_published_image_is_signed_and_starts_verified_on_a_host_without_pytho
 
     key = tmp_path / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=30)
-    project = f"rig-test-release-{uuid.uuid4().hex[:8]}"
+    project = unique("release")
     ssh_port = free_port()
     env = {
         **make_env,
@@ -368,10 +369,7 @@ def test_a_published_image_is_signed_and_starts_verified_on_a_host_without_pytho
         assert ssh.stdout.startswith(f"yolo-rig {VERSION} (stack {stack}, "), ssh.stdout
         refused_altered_and_tags(docker_client, image, registry, stack, public_key, make_env, tmp_path)
     finally:
-        subprocess.run(
-            ["docker", "compose", "-p", project, "-f", "compose.yaml", "down", "-v", "-t", "10"],
-            cwd=REPO, env={**env, "IMAGE": published}, capture_output=True, timeout=180, check=False,
-        )  # fmt: skip
+        take_down(project, env={**env, "IMAGE": published})
         for ref in (published, *(f"{registry}/yolo-rig:{t}" for t in (stack, f"{VERSION}-{stack}"))):
             subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=60)
 
@@ -393,7 +391,7 @@ def refused_altered_and_tags(
     )
     subprocess.run(["docker", "push", "--quiet", altered], capture_output=True, timeout=600, check=True)
     digest = next(d for d in docker_client.images.get(altered).attrs["RepoDigests"] if d.startswith(registry))
-    project = f"rig-test-altered-{uuid.uuid4().hex[:8]}"
+    project = unique("altered")
     try:
         for ref, expect in (
             (
@@ -418,6 +416,7 @@ def refused_altered_and_tags(
         )
         assert started == []
     finally:
+        take_down(project)  # nothing, unless a refusal came too late
         subprocess.run(["docker", "rmi", altered, digest], capture_output=True, timeout=60)
 
 
@@ -437,8 +436,7 @@ def test_the_documented_home_move_keeps_the_home_and_leaves_the_packages(
 ) -> None:
     """The command docs/workstation.md gives, with this image and two fresh volumes: the files and
     their owners arrive, ~/.local's packages (built against the other stack's torch) do not."""
-    suffix = uuid.uuid4().hex[:8]
-    old, new = f"rig-test-home-a-{suffix}", f"rig-test-home-b-{suffix}"
+    old, new = unique("home-a"), unique("home-b")
     seed = (
         "mkdir -p /h/.ssh /h/.local/lib/python3.11/site-packages/pkg /h/.local/bin /h/.local/share/x "
         "&& echo hist >/h/.bash_history && echo 'alias ll=ls' >/h/.bashrc && touch /h/.local/bin/tool "

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.helpers import SCRIPTS
+from tests.helpers import SCRIPTS, workstation
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import KERNEL_CELL, RESULT_LINE, TERMINAL, Workstation, start, up
+from tests.helpers.workstation import Workstation, as_yolo, restart, start, up
 
 pytestmark = pytest.mark.image
 
@@ -79,28 +79,6 @@ def hws(image: str) -> Iterator[Workstation]:
             yield ws
         finally:
             ws.compose("down", "-v", "-t", "30", check=False)
-
-
-def as_yolo(ws: Workstation, script: str, timeout: int = 60) -> str:
-    result = ws.ssh(script, timeout=timeout)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def restart(ws: Workstation) -> str:
-    """Restart the container as its user may; return the log of the new start only."""
-    since = ws.exec("date -u +%Y-%m-%dT%H:%M:%S.%NZ").strip()
-    ws.compose("restart", "-t", "30", "workstation", timeout=120)
-    wait_until(ws.answers, timeout=90, interval=0.3)
-    cid = ws.compose("ps", "-q", "workstation").stdout.strip()
-    out = subprocess.run(
-        ["docker", "logs", "--since", since, cid], capture_output=True, text=True, check=True
-    )
-    log = out.stdout + out.stderr
-    # The window also holds the old instance's stop (a kernel restarting then may print a traceback);
-    # its last line is "INFO serve: stopped".
-    marker = "INFO serve: stopped\n"
-    return log.rsplit(marker, 1)[-1] if marker in log else log
 
 
 def warnings_in(log: str) -> list[str]:
@@ -198,11 +176,12 @@ def test_a_key_added_in_a_session_never_logs_in(hws: Workstation) -> None:
 def test_secrets_reach_no_kernel_terminal_or_session(hws: Workstation) -> None:
     code = "import os; print(sorted(k for k in os.environ if 'PASSWORD' in k or 'TOKEN' in k))"
     args = ("exec", "-T", "workstation", "timeout", "70", "python", "-", code, "reply", TOKEN)
-    result = hws.compose(*args, input=KERNEL_CELL, check=False)
+    result = hws.compose(*args, input=workstation.KERNEL_CELL, check=False)
     assert "OUTPUT:[]" in result.stdout, result.stdout + result.stderr
     count = 'echo "R""ESULT@@$(env | grep -c -e PASSWORD -e TOKEN)@@"'
-    args = ("exec", "-T", "workstation", "timeout", "40", "python", "-", count, RESULT_LINE, TOKEN)
-    term = hws.compose(*args, input=TERMINAL, check=False)
+    result_line = workstation.RESULT_LINE
+    args = ("exec", "-T", "workstation", "timeout", "40", "python", "-", count, result_line, TOKEN)
+    term = hws.compose(*args, input=workstation.TERMINAL, check=False)
     assert "RESULT@@0@@" in term.stdout, term.stdout + term.stderr
     assert as_yolo(hws, "env | grep -c -E 'PASSWORD|TOKEN'; true").strip() == "0"
     # JupyterLab itself has the token on its stdin, not in its environment, and no login can read

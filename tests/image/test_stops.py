@@ -19,7 +19,6 @@ import os
 import re
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import REPO, SCRIPTS, checkpoints
+from tests.helpers.compose import take_down
 from tests.helpers.containers import Containers
+from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.image, pytest.mark.slow]
@@ -65,17 +66,11 @@ def _make(project: str, *args: str, timeout: int = 900) -> subprocess.CompletedP
 
 @pytest.fixture
 def project() -> Iterator[str]:
-    name = f"rig-test-stop-{uuid.uuid4().hex[:8]}"
+    name = unique("stop")
     try:
         yield name
     finally:
-        subprocess.run(
-            ["docker", "compose", "-f", "compose.yaml", "-p", name, "down", "-v", "-t", "5"],
-            cwd=REPO,
-            capture_output=True,
-            timeout=180,
-            check=False,
-        )
+        take_down(name, stop_s=5)
 
 
 def _oneoff(docker_client: Any, project: str) -> Any:
@@ -197,7 +192,7 @@ def test_a_sigkill_loses_seconds_and_a_stop_during_validation_keeps_the_epoch(
     container once a periodic checkpoint is written; resume=auto continues from it; stopped again
     while it validates (a slow validation pass), and resumed once more: every epoch once, and the
     results and weights of the same run uninterrupted."""
-    volume = docker_client.volumes.create(f"rig-test-{uuid.uuid4().hex[:10]}")
+    volume = docker_client.volumes.create(unique())
     try:
         mounts = {
             volume.name: {"bind": "/runs", "mode": "rw"},

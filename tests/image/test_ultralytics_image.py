@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import uuid
 from typing import Any
 
 import pytest
 
 from tests.helpers import REPO, SCRIPTS
+from tests.helpers.compose import take_down
 from tests.helpers.containers import IMAGE
+from tests.helpers.names import unique
 
 pytestmark = pytest.mark.image
 
@@ -38,7 +39,7 @@ def compose(project: str, *args: str, timeout: int = 300) -> subprocess.Complete
 
 
 def test_yolo_settings_stick_in_a_new_process_and_after_down_up() -> None:
-    project = f"ultra-settings-{uuid.uuid4().hex[:8]}"
+    project = unique("ultra-settings")
     run = ("run", "--rm", "--no-deps", "workstation", "bash", "-c")
     try:
         first = compose(
@@ -52,7 +53,7 @@ def test_yolo_settings_stick_in_a_new_process_and_after_down_up() -> None:
         assert "SEEN False /workspace/mine" in second.stdout, second.stdout  # after down/up
         assert " yolo yolo " in second.stdout  # the user's file, in the workspace volume
     finally:
-        compose(project, "down", "-v")
+        take_down(project, "-f", str(REPO / "compose.yaml"), "-f", str(REPO / "compose.cpu.yaml"))
 
 
 def test_fresh_settings_are_the_images_defaults_with_tensorboard_on(containers: Any) -> None:

@@ -58,7 +58,7 @@ def test_pip_as_root_is_refused_in_one_line(containers: Containers) -> None:
     rc, out = containers.oneshot(["pip", "install", "anything"], timeout=60, environment={"RIG_USER": "root"})
     assert rc == 1, out
     assert out.strip().splitlines() == [
-        next(line for line in out.splitlines() if line.startswith("ERROR pip installs into user yolo's"))
+        next(line for line in out.splitlines() if line.startswith("ERROR pip: installs into user yolo's"))
     ]
 
 

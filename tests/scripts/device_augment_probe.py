@@ -1,4 +1,4 @@
-"""Probes of rig.yolo.device_augment, run inside the image by tests/image/test_device_augment.py and
+"""Probes of rig.yolo.augment, run inside the image by tests/image/test_device_augment.py and
 on a GPU by tools/gpu_check.sh (its tail part).
 
   batches DATA DEVICE CACHE WORKERS KERNELS [HYP]
@@ -16,12 +16,14 @@ on a GPU by tools/gpu_check.sh (its tail part).
                                      their distribution is uniform(-gain, gain) (Kolmogorov-Smirnov)
   tail DEVICE BATCH IMGSZ            the device tail's time per batch (synchronised), ms: colour and
                                      layout alone, and with the geometry (mosaic of 640x360 frames)
+  spawn DATA                         the train dataset as `rig train` builds it (every wrapper), its first
+                                     batch loaded by a worker started by spawn (which unpickles each class
+                                     by its name) and by a forked one: the same keys, the same batch
 Each prints one `PROBE {json}` line per measure.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -34,8 +36,10 @@ os.environ.setdefault("YOLO_VERBOSE", "False")
 import numpy as np
 import torch
 from rig import log
-from rig.yolo import deferred_steps, device_augment, hsv_device
-from rig.yolo.nodecache import cached_dataset
+from rig.yolo import augment, draws
+from rig.yolo.augment import colour
+from rig.yolo.augment import deferred as deferred_steps
+from rig.yolo.augment import device as augment_device
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_dataloader, build_yolo_dataset
 from ultralytics.data.augment import Format, RandomHSV
@@ -87,10 +91,10 @@ def dataset(data: dict[str, Any], cache: str, ours: bool, hyp: dict[str, Any]) -
     over = {"imgsz": IMGSZ, "batch": BATCH, "cache": False if cache == "none" else cache, **hyp}
     cfg = get_cfg(overrides=over)
     init_seeds(0)
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(cached_dataset.in_use(cfg))
-        if ours:
-            stack.enter_context(device_augment.in_use("train", {}))
+    # As `rig train` builds it, less the seeded draws (init_seeds above) and the file screen; stock:
+    # the node image cache alone (cache=ram), RIG_DEVICE_AUGMENT=0.
+    switch = {} if ours else {augment.dataset.SWITCH: "0"}
+    with augment.building(cfg, "train", exact=False, guards=False, environ=switch, announce=ours):
         return build_yolo_dataset(cfg, data["train"], BATCH, data, mode="train", rect=rect, stride=32)
 
 
@@ -127,9 +131,9 @@ def batches(
         labels_equal &= all(torch.equal(a[k], b[k]) for k in keys)
         labels_equal &= a["im_file"] == b["im_file"]
         handed = {
-            k: list(v.shape) for k, v in b.items() if k in device_augment.HANDED_OVER and hasattr(v, "shape")
+            k: list(v.shape) for k, v in b.items() if k in augment_device.HANDED_OVER and hasattr(v, "shape")
         }
-        finished = device_augment.finish(b, torch.device(device), None if kernels == "auto" else kernels)
+        finished = augment_device.finish(b, torch.device(device), None if kernels == "auto" else kernels)
         stats.append(compare(a["img"], finished["img"].cpu()))
     report(
         mode="batches",
@@ -212,7 +216,7 @@ WARP_CASES = (  # RandomPerspective's settings, the output size (w, h), channels
 
 
 def warp(device: str, kernels: str = "auto", repeats: str = "8") -> None:
-    from rig.yolo import deferred_steps, warp_device, warp_job
+    from rig.yolo.augment import warp, warp_job
     from ultralytics.data.augment import RandomPerspective
 
     rng = np.random.default_rng(0)
@@ -241,9 +245,7 @@ def warp(device: str, kernels: str = "auto", repeats: str = "8") -> None:
             labels = deferred.apply_image(step_as(step, deferred), {"img": job}, params)
             packed = warp_job.pack([labels["img"]])
             choice = None if kernels == "auto" else kernels
-            ours = warp_device.render(
-                packed["img"], packed[warp_job.GEOM], packed[warp_job.TILES], device, choice
-            )
+            ours = warp.render(packed["img"], packed[warp_job.GEOM], packed[warp_job.TILES], device, choice)
             expected = torch.from_numpy(stock.reshape(ours.shape[1:]))
             case_stats.append(compare(expected, ours[0].cpu()))
             if not settings.get("perspective"):
@@ -289,7 +291,7 @@ def grid_sampled(canvas: np.ndarray, inverse: np.ndarray, size: tuple[int, int])
 def quadrants(frames: list[np.ndarray], xc: int, yc: int, size: int) -> list[Any]:
     """Four images placed as Mosaic places them (top left, top right, bottom left, bottom right of
     the centre), cut to a size x size canvas, as warp_job.Tiles."""
-    from rig.yolo import warp_job
+    from rig.yolo.augment import warp_job
 
     tiles = []
     for k, f in enumerate(frames):
@@ -341,8 +343,8 @@ def synthetic(device: str, kernels: str = "auto") -> None:
                 labels["img"] = flipped(labels["img"])
                 labels = deferred_format(bgr=bgr).apply_image(labels)
                 raw = labels["img"][None].to(device)
-                rows = labels[device_augment.KEY][None]
-                ours = hsv_device.tail(raw, rows, None if kernels == "auto" else kernels)[0].cpu()
+                rows = labels[augment_device.KEY][None]
+                ours = colour.tail(raw, rows, None if kernels == "auto" else kernels)[0].cpu()
                 stats.append(compare(stock, ours))
     px = sum(s["pixels"] for s in stats)
     report(
@@ -407,7 +409,7 @@ def gains(n: str) -> None:
 def _mosaic_batch(b: int, s: int, rng: np.random.Generator) -> dict[str, Any]:
     """A packed batch as the workers hand it over: b 2x2 mosaics of frames (s x s*9/16) at imgsz s,
     warped with Ultralytics' default draws."""
-    from rig.yolo import deferred_steps, warp_job
+    from rig.yolo.augment import warp_job
     from ultralytics.data.augment import RandomPerspective
 
     step = RandomPerspective(translate=0.1, scale=0.5, size=(s, s))
@@ -439,7 +441,7 @@ def tail(device: str, batch: str, imgsz: str) -> None:
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             t0 = time.perf_counter()
-            out = device_augment.finish({**handed, device_augment.KEY: rows}, dev)["img"].float() / 255
+            out = augment_device.finish({**handed, augment_device.KEY: rows}, dev)["img"].float() / 255
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             if i >= 3:
@@ -459,6 +461,43 @@ def tail(device: str, batch: str, imgsz: str) -> None:
         )
 
 
+def spawn(data_yaml: str) -> None:
+    data = check_det_dataset(data_yaml)
+    cfg = get_cfg(overrides={"imgsz": IMGSZ, "batch": BATCH, "cache": "ram"})
+    with augment.building(cfg, "train", exact=True, guards=None, environ={}, announce=False):
+        ds = build_yolo_dataset(cfg, data["train"], BATCH, data, mode="train", stride=32)
+    keys = [draws.Key(seed=0, epoch=1, image=i) for i in range(BATCH)]  # as the train sampler yields them
+    got = {}
+    for context in ("spawn", "fork"):
+        collate = type(ds).collate_fn
+        loader = torch.utils.data.DataLoader(
+            ds, BATCH, sampler=keys, num_workers=1, multiprocessing_context=context, collate_fn=collate
+        )
+        got[context] = next(iter(loader))
+        del loader
+    spawned, forked = got["spawn"], got["fork"]
+    made = [c for c in type(ds).__mro__ if c.__name__.endswith("YOLODataset")]
+    report(
+        mode="spawn",
+        classes=[f"{c.__module__}.{c.__qualname__}" for c in made],
+        transforms=names(ds.transforms),
+        keys_equal=sorted(spawned) == sorted(forked),
+        values_equal=all(_same(spawned[k], forked[k]) for k in forked),
+        handed_over=sorted(k for k in forked if k in augment_device.HANDED_OVER),
+    )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal tensors or arrays, lists and tuples of equal items, or equal values."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and np.array_equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return type(b) is type(a) and len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
+
+
 if __name__ == "__main__":
     log.setup()
     command, args = sys.argv[1], sys.argv[2:]
@@ -469,4 +508,5 @@ if __name__ == "__main__":
         "synthetic": synthetic,
         "gains": gains,
         "tail": tail,
+        "spawn": spawn,
     }[command](*args)

@@ -82,6 +82,19 @@ class FakeNvml:
         self.reads = 0
         self.initialised = False
 
+    def failing(self, name: str, error: Exception, after: int = 0) -> FakeNvml:
+        """This module, its function `name` raising `error` from its call number after + 1 on."""
+        real, calls = getattr(self, name), [0]
+
+        def call(*args: Any) -> Any:
+            calls[0] += 1
+            if calls[0] > after:
+                raise error
+            return real(*args)
+
+        setattr(self, name, call)
+        return self
+
     def _check(self) -> None:
         if self.fail_after is not None and self.reads > self.fail_after:
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)

@@ -537,8 +537,9 @@ def _constant(node: ast.expr, constants: dict[str, object]) -> object:
 
 
 def code_defaults(source: str) -> dict[str, set[str]]:
-    """The defaults a module gives variables: environ.get(NAME, DEFAULT), getenv(NAME, DEFAULT) and
-    helpers called as f(environ, NAME, DEFAULT, ...), DEFAULT a literal or a module constant."""
+    """The defaults a module gives variables: environ.get(NAME, DEFAULT), getenv(NAME, DEFAULT),
+    helpers called as f(environ, NAME, DEFAULT, ...) and numbers declared as
+    envnumbers.Number(NAME, ..., default=DEFAULT), DEFAULT a literal or a module constant."""
     tree = ast.parse(source)
     constants: dict[str, object] = {}
     for node in tree.body:
@@ -555,8 +556,11 @@ def code_defaults(source: str) -> dict[str, set[str]]:
         getter = (
             isinstance(node.func, ast.Attribute) and node.func.attr == "get" and _is_environ(node.func.value)
         )
+        default_kw = next((k.value for k in node.keywords if k.arg == "default"), None)
         if getter or ast.unparse(node.func) in {"os.getenv", "getenv"}:
             pair = args[:2]
+        elif ast.unparse(node.func) in {"envnumbers.Number", "Number"} and args and default_kw is not None:
+            pair = [args[0], default_kw]
         else:
             at = next((i for i, a in enumerate(args) if _is_environ(a)), None)
             pair = args[at + 1 : at + 3] if at is not None else []
@@ -615,8 +619,9 @@ def test_default_parsers_on_examples() -> None:
     source = (
         "T_S = 30 * 60\nG = 'RIG_G'\ndef f(environ):\n    environ.get('RIG_A', '60')\n"
         "    _seconds(environ, 'RIG_T', T_S, 60, 86400)\n    os.getenv(G, 1.0)\n"
+        "N = envnumbers.Number('RIG_N', low=0, default=T_S, unit='seconds')\n"
     )
-    assert code_defaults(source) == {"RIG_A": {"60"}, "RIG_T": {"1800"}, "RIG_G": {"1"}}
+    assert code_defaults(source) == {"RIG_A": {"60"}, "RIG_T": {"1800"}, "RIG_G": {"1"}, "RIG_N": {"1800"}}
     assert dockerfile_defaults('ENV A=1 \\\n    B="x y" \\\n    C=${D}\n') == {"A": "1", "B": "x y"}
 
 

@@ -123,18 +123,24 @@ def test_instrument_sits_below_launch() -> None:
     assert not wrong, wrong
 
 
+def test_the_augmentation_imports_nothing_that_uses_it() -> None:
+    """rig.yolo.augment is machinery the trainer, the bench and the probes call: it never imports them."""
+    users = ("rig.yolo.trainer", "rig.launch", "rig.observe", "rig.commands", "rig.workstation")
+    assert "rig.yolo.augment.dataset" in GRAPH["rig.yolo.augment"]  # the graph reads the package
+    wrong = _running_up("rig.yolo.augment", users)
+    assert not wrong, wrong
+
+
 def test_the_graph_sees_launch_used_by_the_bench() -> None:
     assert "rig.launch.trainer" in GRAPH["rig.observe.bench.realrun"]
     assert "rig.instrument.telemetry" in GRAPH["rig.launch.trainer"]
 
 
 # The rig modules that import another rig module by name (importlib), hidden from the graph above,
-# and why a plain import will not do.
-BY_NAME = {
-    # rig.yolo.nodecache.cached_dataset's classes, looked up when a spawn-started loader worker
-    # unpickles a DeviceAugmented one by name.
-    "rig.yolo.device_augment",
-}
+# and why a plain import will not do. None today: rig.yolo.augment.dataset, which looks up
+# rig.yolo.nodecache.cached_dataset's classes when a spawn-started loader worker unpickles a
+# DeviceAugmented one by name, imports that module plainly.
+BY_NAME: set[str] = set()
 
 
 def test_the_imports_by_name_are_the_listed_ones() -> None:
@@ -144,3 +150,27 @@ def test_the_imports_by_name_are_the_listed_ones() -> None:
     assert found == BY_NAME, (
         f"imported by name, not listed: {sorted(found - BY_NAME)}; listed, gone: {sorted(BY_NAME - found)}"
     )
+
+
+def test_the_pipelines_rules_never_import_the_pipeline() -> None:
+    """rig train's pipeline (launch/trainplan.py) hands its rules values: the run-folder policy, the
+    batch and the argument rules import nothing of it, nor the commands above it."""
+    rules = ("rig.launch.runpolicy", "rig.launch.batch", "rig.launch.trainargs", "rig.yolo.tuning")
+    wrong = sorted(
+        f"{name} imports {dep}"
+        for name in rules
+        for dep in GRAPH[name]
+        if dep in {"rig.launch.trainplan", "rig.launch.job"} or dep.startswith("rig.commands")
+    )
+    assert not wrong, wrong
+    assert "rig.launch.runpolicy" in GRAPH["rig.launch.trainplan"]
+    assert "rig.launch.batch" in GRAPH["rig.launch.trainargs"]
+
+
+def test_how_programs_end_and_numbers_are_read_sit_on_the_ground() -> None:
+    """rig.program (every program's end) and rig.envnumbers (every number in the environment) are
+    used from every floor: they import no rig module but the error type and its spelling."""
+    for name in ("rig.program", "rig.envnumbers"):
+        assert GRAPH[name] <= {"rig.errors", "rig.spelling"}, (name, GRAPH[name])
+    users = {name for name, deps in GRAPH.items() if "rig.program" in deps}
+    assert {"rig.cli", "rig.launch.trainer", "rig.launch.torchrun", "rig.launch.binder"} <= users, users

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rig import hostenv, log, paths, userids
+from rig import envnumbers, hostenv, log, paths, userids
 from rig.errors import RigError
 from rig.workstation import home, serveconfig, services, sessionenv, sshd, urls, users, workspace
 from rig.workstation.supervisor import SESSION_GRACE_ENV, Policy, Supervisor, install_signal_handlers
@@ -25,22 +25,37 @@ STATE_DIR = paths.STATE  # the `state` volume
 OLD_TOKEN_FILE = STATE_DIR / "jupyter_token"  # where a token was kept for good before
 STATE_FILE = paths.SERVICES_STATE
 STOP_TIMEOUT_ENV = "RIG_STOP_TIMEOUT"  # the services' time between TERM and KILL
+_STOPS = (
+    f"compose's stop_grace_period (`docker stop -t`) must exceed {SESSION_GRACE_ENV} + {STOP_TIMEOUT_ENV}"
+)
+# The users' jobs get TERM and SESSION_GRACE to save their work; then the services get TERM and
+# STOP_TIMEOUT before KILL. Above RIG_STOP_GRACE (90 s): a `rig train` in a session gets its whole
+# stop, and torchrun its exit.
+SESSION_GRACE = envnumbers.Number(
+    SESSION_GRACE_ENV, low=0, high=3600, default=100, unit="seconds", hint=_STOPS, empty_is_unset=False
+)
+STOP_TIMEOUT = envnumbers.Number(
+    STOP_TIMEOUT_ENV, low=1, high=300, default=10, unit="seconds", hint=_STOPS, empty_is_unset=False
+)
+# The host's ports, as compose publishes them: for the lines that say how to come in.
+SSH_PUBLISHED_PORT = envnumbers.Number(
+    "RIG_SSH_PUBLISHED_PORT",
+    low=1,
+    high=65535,
+    default=sshd.PORT,
+    whole=True,
+    hint="the host port compose publishes SSH on",
+)
+JUPYTER_PUBLISHED_PORT = envnumbers.Number(
+    "RIG_JUPYTER_PUBLISHED_PORT",
+    low=1,
+    high=65535,
+    default=services.JUPYTER_PORT,
+    whole=True,
+    hint="the host port compose publishes JupyterLab on",
+)
 
 _logger = log.get("serve")
-
-
-def _seconds(environ: dict[str, str], name: str, default: str, low: float, high: float) -> float:
-    raw = environ.get(name, default)
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1
-    if not low <= value <= high:
-        raise RigError(
-            f"{name}={raw!r}: use seconds between {low:g} and {high:g}; compose's stop_grace_period "
-            f"(`docker stop -t`) must exceed {SESSION_GRACE_ENV} + {STOP_TIMEOUT_ENV}"
-        )
-    return value
 
 
 def fresh_runtime_dir(path: Path, ids: users.Ids) -> None:
@@ -79,11 +94,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     services.trusts_home(environ)  # a bad value stops the start here, in one line
     ids = users.current_ids()
     config = serveconfig.load(environ, ids=ids)
-    # The users' jobs get TERM and this long to save their work; then the services get TERM and
-    # stop_timeout before KILL.
-    # Above RIG_STOP_GRACE (90 s): a `rig train` in a session gets its whole stop, and torchrun its exit.
-    session_grace = _seconds(environ, SESSION_GRACE_ENV, "100", 0, 3600)
-    stop_timeout = _seconds(environ, STOP_TIMEOUT_ENV, "10", 1, 300)
+    session_grace = SESSION_GRACE.read(environ)
+    stop_timeout = STOP_TIMEOUT.read(environ)
+    ssh_port, jupyter_port = SSH_PUBLISHED_PORT.read_int(environ), JUPYTER_PUBLISHED_PORT.read_int(environ)
 
     # Queue signals from here on: a TERM during the start is handled as a clean stop.
     STATE_FILE.unlink(missing_ok=True)  # a restarted container must not look healthy from the last run
@@ -105,8 +118,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             + ["a password"] * (config.password is not None)
         )
         if how:
-            port = environ.get("RIG_SSH_PUBLISHED_PORT", str(sshd.PORT))
-            ssh_line = f"SSH: ssh -p {port} {users.USER}@HOST ({how})"
+            ssh_line = f"SSH: ssh -p {ssh_port} {users.USER}@HOST ({how})"
         else:
             _logger.warning(
                 "SSH: no key and no password, nobody can log in; set SSH_PUBLIC_KEY (or mount "
@@ -117,7 +129,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if "jupyter" in names:
         fresh_runtime_dir(services.JUPYTER_RUNTIME_DIR, ids)
     OLD_TOKEN_FILE.unlink(missing_ok=True)  # kept for good before: revoked
-    jupyter_url = f"http://localhost:{environ.get('RIG_JUPYTER_PUBLISHED_PORT', services.JUPYTER_PORT)}/lab"
+    jupyter_url = f"http://localhost:{jupyter_port}/lab"
     entrances = urls.Entrances(
         ssh_line, jupyter_url if "jupyter" in names else None, token_set=config.jupyter_token is not None
     )

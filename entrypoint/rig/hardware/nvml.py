@@ -53,6 +53,12 @@ class Nvml:
         with contextlib.suppress(Exception):
             self.m.nvmlShutdown()
 
+    @property
+    def error(self) -> type[Exception]:
+        """What NVML's calls raise: pynvml's NVMLError (each return code is a subclass of it)."""
+        error: type[Exception] = self.m.NVMLError
+        return error
+
     def driver_version(self) -> str:
         return _text(self.m.nvmlSystemGetDriverVersion())
 

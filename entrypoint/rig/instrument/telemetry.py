@@ -9,7 +9,8 @@ callbacks time each training step: the gap between one batch's end and the next 
 time spent waiting for the loader. At the end the summary (`telemetry_summary.json`, one INFO line
 per GPU) is computed from the CSV, so the file and the summary never disagree.
 
-Telemetry never stops a run: no NVML, no GPU or an NVML error mid-run costs one INFO line.
+Telemetry never stops a run: no NVML, no GPU or an NVML error mid-run costs one INFO line, and
+failures mid-run their count at the end (rig.instrument.failures).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import csv
 import dataclasses
 import importlib
 import json
-import math
 import os
 import threading
 import time
@@ -28,10 +28,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rig import flags, log, rankenv
+from rig import envnumbers, flags, log, rankenv
 from rig.errors import RigError
 from rig.hardware.nvml import GPU_FIELDS, GpuInfo, Nvml, describe_error
 from rig.hardware.topology import apply_visible_devices, normalize_bus_id
+from rig.instrument.failures import Failures
 from rig.yolo import contract
 
 LOG = log.get("telemetry")
@@ -45,19 +46,18 @@ DEFAULT_INTERVAL_S = 1.0
 STEP_FIELDS: tuple[str, ...] = ("time", "elapsed_s", "steps", "data_wait_s", "step_s")
 
 
+INTERVAL = envnumbers.Number(
+    "RIG_TELEMETRY_INTERVAL",
+    low=0,
+    default=DEFAULT_INTERVAL_S,
+    unit="seconds",
+    above=True,
+    hint="unset it or use e.g. 1",
+)
+
+
 def interval_from_env(environ: Mapping[str, str]) -> float:
-    raw = environ.get("RIG_TELEMETRY_INTERVAL", "")
-    if not raw:
-        return DEFAULT_INTERVAL_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise RigError(
-            f"RIG_TELEMETRY_INTERVAL={raw!r} is not a positive number of seconds; unset it or use e.g. 1"
-        )
-    return value
+    return INTERVAL.read(environ)
 
 
 def enabled_from_env(environ: Mapping[str, str]) -> bool:
@@ -280,7 +280,7 @@ class Recorder:
         self._csv: Any = None
         self._t0 = 0.0
         self._row = 0
-        self._nvml_error_logged = False
+        self._failures = Failures("telemetry sampling", LOG, "those values stay empty, the run goes on")
 
     @property
     def started(self) -> bool:
@@ -294,7 +294,7 @@ class Recorder:
         if self.run_dir is None:
             raise RigError("telemetry needs a run directory: pass run_dir to attach() or record()")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.summary, self._row, self._nvml_error_logged = None, 0, False
+        self.summary, self._row = None, 0
         self._nvml, self._nvml_state = Nvml.open(self._nvml_module)
         self._gpus, self._nvml_index = [], {}
         if self._nvml is not None:
@@ -303,7 +303,7 @@ class Recorder:
             except RigError as e:  # a CUDA_VISIBLE_DEVICES entry NVML cannot match
                 self._nvml_state = f"cannot tell this run's GPUs ({e})"
                 chosen = []
-            except Exception as e:
+            except self._nvml.error as e:  # a GPU lost, a driver reloaded
                 self._nvml_state = f"NVML could not list GPUs ({describe_error(e)})"
                 chosen = []
             self._gpus = [GpuInfo(number, g.name, g.uuid) for number, g in chosen]
@@ -330,10 +330,14 @@ class Recorder:
             delay = self._t0 + ticks * self.interval_s - self._clock()
             if self._stop.wait(max(0.0, delay)):
                 return
-            try:
-                self.sample_once()
-            except Exception as e:  # the sampler must never take the run down
-                self._log_nvml_error(f"telemetry sample failed ({describe_error(e)})")
+            self._sample()
+
+    def _sample(self) -> None:
+        """sample_once for the sampler's thread and the last row: a failure is counted, never raised."""
+        try:
+            self.sample_once()
+        except Exception as e:  # the sampler must never take the run down: counted, said (Failures)
+            self._failures.add(f"telemetry sample failed ({describe_error(e)})")
 
     def sample_once(self) -> dict[str, str]:
         """Read every GPU and the step timer once; write the CSV row and the TensorBoard scalars."""
@@ -355,7 +359,7 @@ class Recorder:
             for g in self._gpus:
                 values, errors = self._read(self._nvml_index[g.index])
                 if errors:
-                    self._log_nvml_error(f"NVML error on GPU {g.index} ({'; '.join(errors)})")
+                    self._failures.add(f"NVML error on GPU {g.index} ({'; '.join(errors)})")
                 for name, value in values.items():
                     row[f"gpu{g.index}_{name}"] = "" if value is None else f"{value:.3f}"
                     if value is not None:
@@ -372,13 +376,8 @@ class Recorder:
         assert self._nvml is not None
         try:
             return self._nvml.read(index)
-        except Exception as e:
+        except self._nvml.error as e:  # its handle: a GPU lost
             return dict.fromkeys(GPU_FIELDS), [describe_error(e)]
-
-    def _log_nvml_error(self, message: str) -> None:
-        if not self._nvml_error_logged:
-            self._nvml_error_logged = True
-            LOG.info("%s; those values stay empty, the run goes on", message)
 
     def stop(self) -> Summary | None:
         """Stop sampling, write the last row and the summary; safe to call twice."""
@@ -387,7 +386,8 @@ class Recorder:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=max(5.0, 3 * self.interval_s))
-        self.sample_once()  # the steps since the last tick
+        self._sample()  # the steps since the last tick
+        self._failures.report()
         with self._lock:
             self._csv_file.close()
             self._csv = None

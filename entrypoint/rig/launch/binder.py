@@ -24,7 +24,8 @@ import signal
 import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 
-from rig import flags, log, rankenv
+from rig import flags, log, program, rankenv
+from rig.errors import RigError
 from rig.launch import binding
 
 _logger = log.get("binder")
@@ -98,6 +99,7 @@ def bind(rank: binding.RankBinding, environ: MutableMapping[str, str]) -> None:
         )
 
 
+@program.entry("binder")
 def main(argv: Sequence[str] | None = None) -> int:
     log.setup()
     parser = argparse.ArgumentParser(prog="python -m rig.launch.binder")
@@ -114,10 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         parser.error("no command to run after --")
     plan = binding.from_json(args.plan)
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = rankenv.local_rank(os.environ)
     if local_rank >= len(plan):
-        _logger.error("LOCAL_RANK %d has no entry in a plan of %d ranks", local_rank, len(plan))
-        return 2
+        raise RigError(f"LOCAL_RANK {local_rank} has no entry in a plan of {len(plan)} ranks", 2)
     os.environ.update(
         gpu_environment(plan, local_rank, os.environ.get("CUDA_VISIBLE_DEVICES"), args.gpus_per_rank)
     )

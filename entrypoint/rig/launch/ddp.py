@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rig.errors import RigError
+from rig import envnumbers
 from rig.launch import levers
 from rig.yolo import ultra
 
@@ -35,63 +35,63 @@ CHECKPOINT_EVERY_ENV = "RIG_CHECKPOINT_EVERY"
 STOP_CHECK_EVERY = 10
 
 
-def _seconds(environ: Mapping[str, str], name: str, default: int, low: int, high: int, why: str) -> int:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise RigError(f"{name}={raw!r}: use whole seconds between {low} and {high} ({why})")
-    return value
-
-
 NCCL_TIMEOUT_ENV = "RIG_NCCL_TIMEOUT"
+NCCL_TIMEOUT = envnumbers.Number(
+    NCCL_TIMEOUT_ENV,
+    low=60,
+    high=86400,
+    default=NCCL_TIMEOUT_S,
+    unit="seconds",
+    whole=True,
+    hint="how long ranks wait for a stuck or lost rank",
+)
+STOP_GRACE = envnumbers.Number(
+    STOP_GRACE_ENV,
+    low=1,
+    high=3600,
+    default=STOP_GRACE_S,
+    unit="seconds",
+    whole=True,
+    hint="keep it below Docker's stop timeout, Kubernetes' terminationGracePeriodSeconds or Slurm's KillWait",
+)
+CHECKPOINT_EVERY = envnumbers.Number(
+    CHECKPOINT_EVERY_ENV,
+    low=0,
+    high=7 * 86400,
+    default=CHECKPOINT_EVERY_S,
+    unit="seconds",
+    whole=True,
+    hint="what a SIGKILL may cost at most; 0 saves at epoch ends only",
+)
+RDZV_TIMEOUT = envnumbers.Number(
+    "RIG_RDZV_TIMEOUT",
+    low=10,
+    high=86400,
+    default=RDZV_TIMEOUT_S,
+    unit="seconds",
+    whole=True,
+    hint="how long node 0 waits for the other nodes, and they for node 0, e.g. while a scheduler finds GPUs",
+)
 
 
 def nccl_timeout(environ: Mapping[str, str]) -> int:
     """RIG_NCCL_TIMEOUT: seconds a collective may wait before the job fails (default 30 min)."""
-    return _seconds(
-        environ, NCCL_TIMEOUT_ENV, NCCL_TIMEOUT_S, 60, 86400, "how long ranks wait for a stuck or lost rank"
-    )
+    return NCCL_TIMEOUT.read_int(environ)
 
 
 def stop_grace(environ: Mapping[str, str]) -> int:
     """RIG_STOP_GRACE: seconds the ranks get after a stop signal before torchrun kills them."""
-    return _seconds(
-        environ,
-        STOP_GRACE_ENV,
-        STOP_GRACE_S,
-        1,
-        3600,
-        "keep it below Docker's stop timeout, Kubernetes' terminationGracePeriodSeconds or Slurm's KillWait",
-    )
+    return STOP_GRACE.read_int(environ)
 
 
 def checkpoint_every(environ: Mapping[str, str]) -> int:
     """RIG_CHECKPOINT_EVERY: seconds between rank 0's checkpoints inside an epoch; 0: at epoch ends only."""
-    return _seconds(
-        environ,
-        CHECKPOINT_EVERY_ENV,
-        CHECKPOINT_EVERY_S,
-        0,
-        7 * 86400,
-        "what a SIGKILL may cost at most; 0 saves at epoch ends only",
-    )
+    return CHECKPOINT_EVERY.read_int(environ)
 
 
 def rendezvous_timeout(environ: Mapping[str, str]) -> int:
     """RIG_RDZV_TIMEOUT: seconds the nodes of a multi-node job wait for each other to start."""
-    return _seconds(
-        environ,
-        "RIG_RDZV_TIMEOUT",
-        RDZV_TIMEOUT_S,
-        10,
-        86400,
-        "how long node 0 waits for the other nodes, and they for node 0, e.g. while a scheduler finds GPUs",
-    )
+    return RDZV_TIMEOUT.read_int(environ)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import hostlist  # type: ignore[import-untyped]
 
+from rig import envnumbers
 from rig.errors import RigError
 from rig.launch import slurmjobs
 
@@ -51,17 +52,7 @@ class NodeSpec:
 
 
 def _int(environ: Mapping[str, str], name: str, minimum: int, maximum: int | None = None) -> int:
-    raw = environ[name]
-    span = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RigError(f"{name}={raw!r} is not a number; set it to an integer {span}") from None
-    if value < minimum:
-        raise RigError(f"{name}={value} is too small; set it to an integer {span}")
-    if maximum is not None and value > maximum:
-        raise RigError(f"{name}={value} is too large; set it to an integer {span}")
-    return value
+    return envnumbers.Number(name, low=minimum, high=maximum, whole=True).read_int(environ)
 
 
 def hostnames(nodelist: str, name: str = "SLURM_JOB_NODELIST") -> list[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from rig import log
+from rig import log, rankenv
 from rig.launch import checkpoints, cpuddp, ddp, resumecopy, steplevers, syncbn
 from rig.yolo import contract
 
@@ -77,10 +77,10 @@ class LaunchRank:
 
     # ---- who --------------------------------------------------------------------------------------
     def world_size(self) -> int:
-        return int(self._environ.get("WORLD_SIZE", "1"))
+        return rankenv.world_size(self._environ)
 
     def index(self) -> int:
-        return int(self._environ.get("RANK", "0"))
+        return rankenv.rank(self._environ)
 
     def is_first(self) -> bool:
         return self.index() == 0
@@ -139,7 +139,7 @@ class LaunchRank:
         setup = ddp.ddp_setup(
             self._environ,
             str(trainer.args.device),
-            int(self._environ.get("LOCAL_RANK", "0")),
+            rankenv.local_rank(self._environ),
             torch.cuda.is_available() and not on_cpu,
         )
         if setup.device_index is not None:

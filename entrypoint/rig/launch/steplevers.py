@@ -195,31 +195,23 @@ def launch_key(
     *,
     gpu_names: Sequence[str],
     cpu: bool,
-    world: int,
     torch: str,
     imgsz: int,
     amp: bool,
-    default_batch: float,
-    typed: Callable[[str], Any] = ultra.smart_value,
+    batch: int | None,
 ) -> LeverKey | None:
     """The record a run would follow: its GPU (all of one name), torch, model, image size, per-GPU batch
-    and precision; None for a run the bench cannot have measured (AutoBatch's -1 or a fraction, a
-    resumed run, GPUs of different kinds)."""
-    batch = typed(args["batch"]) if "batch" in args else default_batch  # one rank: Ultralytics' default
-    if isinstance(batch, float) and batch.is_integer():
-        batch = int(batch)
-    whole = isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1
-    resumed = str(args.get("resume", "")).strip().lower() not in {"", "false", "none"}
+    (rig.launch.batch's decision; None: not one the bench can have measured, AutoBatch's or a resumed
+    run's) and precision; None for such a run, or on GPUs of different kinds."""
     names = set(gpu_names)
-    if not whole or resumed or not (cpu or len(names) == 1):
+    if batch is None or not (cpu or len(names) == 1):
         return None
-    assert isinstance(batch, int)
     return key_for(
         device="cpu" if cpu else names.pop(),
         torch=torch,
         model=args.get("model", "yolo11n.pt"),
         imgsz=imgsz,
-        batch=max(batch // max(world, 1), 1),
+        batch=batch,
         amp=amp and not cpu,
     )
 

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from types import FrameType
 from typing import Any
 
-from rig import log
+from rig import log, program
 from rig.errors import RigError
 from rig.instrument import metrics
 from rig.launch import ddp
@@ -50,6 +50,8 @@ from rig.launch import ddp
 _logger = log.get("torchrun")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STOP_CODES = frozenset(128 + s for s in STOP_SIGNALS)
+# A bad setting, or a store it cannot bind, before torchrun starts: exit 2, as torchrun's own usage errors.
+USAGE = 2
 # The ranks' exit codes, as the last close of their process context left them.
 _EXIT_CODES: dict[int, int | None] = {}
 _KILLED_ON_REQUEST = [False]  # a second stop signal killed the ranks
@@ -258,14 +260,12 @@ def prepare(argv: list[str], environ: MutableMapping[str, str]) -> tuple[list[st
     return argv, sockets
 
 
+@program.entry("torchrun")
 def main() -> int:
     log.setup()
-    try:
+    with program.bad_input_exits(USAGE):
         grace = ddp.stop_grace(os.environ)
         argv, sockets = prepare(sys.argv[1:], os.environ)
-    except RigError as e:
-        print(f"ERROR torchrun: {e}", file=sys.stderr)
-        return 2
     install(grace)
     bind_store(sockets)
     api: Any = importlib.import_module("torch.distributed.elastic.multiprocessing.api")

@@ -1,10 +1,11 @@
 """Ultralytics' train arguments as `rig train` decides them: key=value parsing and the rules a launch
-adds before any rank starts (the batch over the world, rect/compile/sync_bn, the loader's workers and
-cache, data/model defaults, resume=, where runs go).
+adds before any rank starts (rect/compile/sync_bn, data/model defaults, resume=, the batch over the
+world (rig.launch.batch), the step's levers, the loader's workers and cache, where runs go).
 
-Each step takes the arguments and returns new ones; what Ultralytics knows (its default batch, its
-runs and weights folders, its smart_value) comes in as a parameter, so nothing here imports it and
-every rule is a pure function a test calls directly. The INFO and WARNING lines name what was decided.
+Each step takes the arguments and returns new ones; what Ultralytics and the machine say (its default
+batch, its runs and weights folders, its smart_value; the GPUs, the loader's room) comes in as values
+(`Found`, `Facts`), so nothing here imports Ultralytics and every rule is a pure function a test calls
+directly. The INFO and WARNING lines name what was decided.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any
 
 from rig import log
 from rig.errors import RigError
-from rig.launch import ddp, levers, steplevers
-from rig.yolo import tuning
+from rig.launch import batch, ddp, levers, steplevers
+from rig.yolo import gpubatch, tuning
 
 _logger = log.get("launch")
 _TASK_SUFFIXES = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "classify"}
@@ -50,65 +51,6 @@ def guess_task(user_args: Mapping[str, str]) -> str:
     return next((task for suffix, task in _TASK_SUFFIXES.items() if stem.endswith(suffix)), "detect")
 
 
-def check_batch(user_args: Mapping[str, str], world: int) -> None:
-    raw = user_args.get("batch")
-    if raw is None or world <= 1:
-        return
-    try:
-        batch = float(raw)
-    except ValueError:
-        raise RigError(
-            "not a number; give the total batch over all ranks, e.g. 16", option="batch", value=raw
-        ) from None
-    if batch < 1 or batch != int(batch):
-        raise RigError(
-            f"AutoBatch works on one GPU only; give a total batch divisible by the {world} ranks, "
-            f"e.g. {world * 8}",
-            option="batch",
-            value=raw,
-        )
-    if int(batch) % world:
-        lo = max(world, int(batch) // world * world)
-        raise RigError(
-            f"not divisible by the {world} ranks; use a multiple of {world}, e.g. {lo} or {lo + world}",
-            option="batch",
-            value=raw,
-        )
-
-
-def default_batch(user_args: Mapping[str, str], world: int, per_gpu: float) -> tuple[int, str] | None:
-    """The total batch when none is given under DDP: Ultralytics' default per GPU times the world.
-
-    Ultralytics would split its default (16) over the global world size: 3 GPUs silently train with
-    15, 24 ranks with a batch of 0 (a crash). None: one rank, a batch given, or a resume (the
-    checkpoint has its batch).
-    """
-    if world <= 1 or "batch" in user_args or resume_of(user_args) is not False:
-        return None
-    if per_gpu < 1 or per_gpu != int(per_gpu):
-        raise RigError(
-            f"Ultralytics' default batch is {per_gpu:g} (AutoBatch), which works on one GPU only; "
-            f"give a total batch for the {world} ranks, e.g. batch={world * 16}"
-        )
-    total = int(per_gpu) * world
-    return total, (
-        f"Ultralytics' default {int(per_gpu)} per GPU x {world} GPUs (it would split {int(per_gpu)} over "
-        f"them); give batch= for another total"
-    )
-
-
-def with_batch(args: dict[str, str], world: int, per_gpu: float, why: str | None = None) -> dict[str, str]:
-    """default_batch applied, said in one INFO line. why: per_gpu was decided for this run (from the
-    GPUs' memory, rig.yolo.gpubatch), so it applies to one rank too."""
-    batch = default_batch(args, world, per_gpu)
-    if why is not None and "batch" not in args and resume_of(args) is False:
-        batch = int(per_gpu) * world, why
-    if batch is None:
-        return args
-    _logger.info("batch=%d: %s", *batch)
-    return {**args, "batch": str(batch[0])}
-
-
 def with_levers(
     user_args: Mapping[str, str], *, world: int, cpu: bool, smart_value: Callable[[str], Any]
 ) -> tuple[dict[str, str], dict[str, str]]:
@@ -122,13 +64,31 @@ def with_levers(
 
 
 def with_step_levers(
-    args: dict[str, str], decide: Callable[[Mapping[str, str]], steplevers.StepLevers] | None
+    args: dict[str, str], facts: Facts, chosen: batch.Batch, typed: Callable[[str], Any]
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """channels_last, CUDA graphs and fused optimizer kernels as rig.launch.steplevers decides them: the
-    arguments (without rig's own fused_optimizer=) and the trainer's variables, one INFO line each."""
-    if decide is None:
-        return args, {}
-    decided = decide(args)
+    """channels_last, CUDA graphs and fused optimizer kernels as rig bench measured them for this run's
+    GPUs, torch, model, image size, batch and precision (rig.launch.steplevers): the arguments (without
+    rig's own fused_optimizer=) and the trainer's variables, one INFO line each."""
+    key = steplevers.launch_key(
+        args,
+        gpu_names=facts.gpu_names,
+        cpu=facts.cpu,
+        torch=facts.torch,
+        imgsz=tuning.imgsz_of(args),
+        amp=gpubatch.amp_of(args, typed),
+        batch=chosen.per_rank if chosen.whole else None,
+    )
+    decided = steplevers.for_launch(
+        args,
+        key=key,
+        records=facts.lever_records,
+        cpu=facts.cpu,
+        world=facts.world,
+        train_images=facts.loader.dataset.train_images,
+        default_epochs=facts.found.default_epochs,
+        follow=facts.follow_records,
+        typed=typed,
+    )
     for line in steplevers.describe(decided.choices):
         _logger.info("%s", line)
     return decided.args, decided.env
@@ -153,6 +113,8 @@ class Found:
     default_weights: Path  # yolo11n.pt in the weights folder
     default_weights_exist: bool
     default_batch: float  # Ultralytics' default batch per GPU
+    default_nbs: int = 64  # its nominal batch: the images of one optimizer step
+    default_epochs: int = 100
 
 
 def default_data(user_args: Mapping[str, str], found: Found) -> str | None:
@@ -231,6 +193,25 @@ def locate(user_args: Mapping[str, str], *, runs_dir: Path, default_name: str, f
 
 
 @dataclass(frozen=True)
+class Facts:
+    """Everything the rules read besides the arguments: the launch's ranks and what discovery found
+    (rig.launch.trainplan), as values."""
+
+    world: int  # the ranks of every node
+    cpu: bool  # CPU (or MPS) ranks: no GPU
+    device: str  # device= as the trainer gets it
+    found: Found
+    runs_dir: Path
+    newest_last: Path | None  # resume=True without a checkpoint: the newest last*.pt under runs_dir
+    loader: tuning.Node  # what the loader's workers and cache are decided from
+    gpus: batch.Gpus | None  # the run's GPUs' memory, for the batch (None: the CPU)
+    gpu_names: tuple[str, ...] = ()  # the run's GPUs' names: which of rig bench's records applies
+    torch: str = ""  # torch's version, as rig bench's records spell it
+    lever_records: tuple[steplevers.LeverRecord, ...] = ()
+    follow_records: bool = True  # RIG_MEASURED_LEVERS not off
+
+
+@dataclass(frozen=True)
 class Decided:
     """The trainer's arguments, the variables the levers give it, whether it resumes a checkpoint
     (which knows its run directory), and whether the launcher prepares the data."""
@@ -241,32 +222,25 @@ class Decided:
     exist_ok: bool  # the user's exist_ok=True: the run folder is project/name as it is
 
 
-def decide(
-    user_args: Mapping[str, str],
-    *,
-    world: int,
-    cpu: bool,
-    device: str,
-    found: Found,
-    newest_last: Path | None,
-    runs_dir: Path,
-    smart_value: Callable[[str], Any],
-    tune: Callable[[Mapping[str, str]], Iterable[tuning.Decision]],
-    per_gpu: Callable[[Mapping[str, str]], tuple[float, str | None]] | None = None,
-    step_levers: Callable[[Mapping[str, str]], steplevers.StepLevers] | None = None,
-) -> Decided:
+def decide(user_args: Mapping[str, str], facts: Facts, *, smart_value: Callable[[str], Any]) -> Decided:
     """Every rule above, in order, once: the levers (and rect), the defaults, resume=True's
-    checkpoint, the device, the batch over the world (per_gpu: the batch per GPU and why, from the
-    GPUs' memory, else Ultralytics' default), the step's levers (rig.launch.steplevers), then the
-    loader's workers and cache (tune: rig.yolo.tuning's decisions for the arguments so far).
-    check_batch comes first, on its own."""
-    args, lever_env = with_levers(user_args, world=world, cpu=cpu, smart_value=smart_value)
-    args = with_resume(with_defaults(args, found), newest_last, runs_dir)
-    args = {**args, "device": device}
-    args = with_batch(args, world, *(per_gpu(args) if per_gpu else (found.default_batch, None)))
-    args, step_env = with_step_levers(args, step_levers)
+    checkpoint, the device, the batch (rig.launch.batch: its own check came first, on its own), the
+    step's levers (rig.launch.steplevers), then the loader's workers and cache (rig.yolo.tuning)."""
+    args, lever_env = with_levers(user_args, world=facts.world, cpu=facts.cpu, smart_value=smart_value)
+    args = with_resume(with_defaults(args, facts.found), facts.newest_last, facts.runs_dir)
+    args = {**args, "device": facts.device}
+    found = facts.found
+    chosen = batch.decide(
+        args,
+        world=facts.world,
+        default=found.default_batch,
+        default_nbs=found.default_nbs,
+        gpus=facts.gpus,
+        typed=smart_value,
+    )
+    args, step_env = with_step_levers(batch.applied(args, chosen), facts, chosen, smart_value)
     return Decided(
-        with_tuning(args, tune(args)),
+        with_tuning(args, tuning.decide_for(facts.loader, user_args=args, rank_batch=chosen.per_rank)),
         {**lever_env, **step_env},
         resume_of(args) is not False,
         args.get("exist_ok", "").strip().lower() == "true",

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rig import log, rankenv
+from rig import log, program, rankenv
 from rig.errors import RigError
 from rig.instrument import metrics, telemetry
 from rig.launch import ddp, rankside, resumecopy
@@ -29,6 +29,7 @@ _logger = log.get("trainer")
 # which torchrun forwards to the ranks), a dropped SSH connection (HUP).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STOP = rankside.STOP
+USAGE = 2  # a bad argument or setting exits 2, as an Ultralytics it cannot train with does (ultracheck)
 
 
 # Names and paths stay strings: name=2024 is a directory, not a number.
@@ -43,13 +44,13 @@ def parse_args(argv: Sequence[str], smart_value: Callable[[str], Any] | None = N
     for item in argv:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"ERROR trainer: expected key=value, got {item!r}")
+            raise RigError(f"expected key=value, got {item!r}", USAGE)
         args[key] = value if key in _STRING_KEYS else typed(value)
     return args
 
 
 def _global_world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return rankenv.world_size(os.environ)
 
 
 def rig_trainer_class(
@@ -61,16 +62,14 @@ def rig_trainer_class(
     return yolo_trainer.for_task(base, rank)
 
 
+@program.entry("trainer")
 def main(argv: Sequence[str] | None = None) -> int:
     log.setup()
-    try:
+    with program.bad_input_exits(USAGE):
         every = ddp.checkpoint_every(os.environ)
-        verdict = ultracheck.decide(ultracheck.installed(), ultracheck.pinned())
-        if verdict.error is not None:  # the launcher said so already, where a launcher started it
-            raise RigError(verdict.error, ultracheck.EXIT_CODE)
-    except RigError as e:
-        print(f"ERROR trainer: {e}", file=sys.stderr)
-        return e.exit_code if e.exit_code != 1 else 2
+    verdict = ultracheck.decide(ultracheck.installed(), ultracheck.pinned())
+    if verdict.error is not None:  # the launcher said so already, where a launcher started it
+        raise RigError(verdict.error, ultracheck.EXIT_CODE)
     for sig in STOP_SIGNALS:
         signal.signal(sig, STOP.handler)
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -79,13 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # rig.launch.ddp use that one device, never the node's list. The trainer counts the world
         # from WORLD_SIZE.
         args["device"] = str(device)
-    rank = int(os.environ.get("RANK", "0"))
+    rank = rankenv.rank(os.environ)
     checked = ultracheck.installed()
-    try:
-        model = _load(str(args.pop("model", "yolo11n.pt")), checked.version)
-    except RigError as e:
-        print(f"ERROR trainer: {e}", file=sys.stderr)
-        return e.exit_code
+    model = _load(str(args.pop("model", "yolo11n.pt")), checked.version)
     if args.get("resume") is True and resumable.position(model.ckpt) is not None:
         # Ultralytics' resume=True refuses a checkpoint at epoch -1 (a stop in the first epoch) before
         # the trainer exists; the checkpoint's path, its other form, leaves the decision to the trainer.
@@ -99,11 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     trainer_cls = rig_trainer_class(
         model.task_map[model.task]["trainer"], checkpoint_every=every, features_on=checked.feature_on
     )
-    try:
-        model.train(trainer=trainer_cls, **args)
-    except RigError as e:  # before training began (a checkpoint rig cannot restore): one line
-        print(f"ERROR trainer: {e}", file=sys.stderr)
-        return e.exit_code
+    model.train(trainer=trainer_cls, **args)  # a RigError before training began: one line (rig.program)
     return _exit_code(model.trainer, rank)
 
 

@@ -11,11 +11,12 @@
 
 Planning has no side effect: `decide` only logs what it decided. The steps that change the world
 are named, so `--dry-run` prints the command of the same plan without them: the run directory it
-would claim (rig.launch.rundir), no data prepared (rig.yolo.nodecache.prepare), and a resumed
-checkpoint by its path, checked as a launch checks it but not copied (rig.launch.resumecopy: the
-ranks load a copy of what was checked, never the path). A decision that needs a new fact about the
-machine (a GPU's memory, say) gets it as a field of `Node`, read in `discover`, and is made in
-`decide` or the rules it calls (rig.launch.trainargs.decide).
+would claim (rig.launch.runpolicy, which folder and why; rig.launch.rundir, the claim), no data
+prepared (rig.yolo.nodecache.prepare), and a resumed checkpoint by its path, checked as a launch
+checks it but not copied (rig.launch.resumecopy: the ranks load a copy of what was checked, never
+the path). A decision that needs a new fact about the machine (a GPU's memory, say) gets it as a
+field of `Node`, read in `discover`, and is made in `decide` or the rules it hands it to as a value
+(rig.launch.trainargs.decide; the batch in rig.launch.batch).
 """
 
 from __future__ import annotations
@@ -28,26 +29,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rig
-from rig import log, paths, rankenv, safefs, safepython
+from rig import envnumbers, log, paths, rankenv, safefs, safepython
 from rig.errors import RigError
 from rig.hardware import fabric
 from rig.hardware.choice import parse_gpus, select_gpus
 from rig.hardware.fabric import Fabric
 from rig.hardware.topology import Topology
 from rig.launch import (
-    autoresume,
+    batch,
     binding,
     ddp,
     job,
     nodes,
     resumecopy,
     rundir,
-    slurmjobs,
+    runpolicy,
     steplevers,
     trainargs,
 )
 from rig.yolo import contract, datasets, gpubatch, tuning, ultra, ultracheck
-from rig.yolo.nodecache import buildlock, prepare
+from rig.yolo.nodecache import buildlock, imagecache, prepare
 
 _logger = log.get("launch")
 
@@ -63,18 +64,22 @@ RENDEZVOUS_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", 
 # Parse: the request, checked, before anything is read.
 
 
+CPU_RANKS = envnumbers.Number(
+    CPU_RANKS_ENV,
+    low=1,
+    whole=True,
+    hint="the number of CPU ranks per node (e.g. 2); unset it to train on GPUs",
+)
+
+
 def cpu_ranks(given: str | None, environ: Mapping[str, str]) -> int | None:
     """--cpu-ranks N, or RIG_CPU_RANKS=N from the environment (for schedulers); None: neither."""
-    raw = given if given is not None else environ.get(CPU_RANKS_ENV)
-    if raw is None or (given is None and not raw.strip()):
-        return None
-    text = raw.strip()
-    if not text.isdigit() or int(text) < 1:
-        how = "give the number of CPU ranks per node, a whole number >= 1 (e.g. 2)"
-        if given is None:
-            raise RigError(f"{CPU_RANKS_ENV}={raw!r}: {how}")
-        raise RigError(how, option="--cpu-ranks", value=raw)
-    return int(text)
+    if given is None:
+        return CPU_RANKS.read_int(environ) if environ.get(CPU_RANKS_ENV, "").strip() else None
+    if (value := CPU_RANKS.parse(given)) is None:
+        how = f"give the number of CPU ranks per node, {CPU_RANKS.accepted()} (e.g. 2)"
+        raise RigError(how, option="--cpu-ranks", value=given)
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,8 @@ def discover(
         default_weights=weights,
         default_weights_exist=weights.exists(),
         default_batch=float(ultra.default("batch")),
+        default_nbs=int(ultra.default("nbs")),
+        default_epochs=int(ultra.default("epochs")),
     )
     return Node(
         spec=spec,
@@ -192,83 +199,19 @@ def discover(
 
 @dataclass(frozen=True)
 class Run:
-    """What is there for the run the request names."""
+    """What is there for the run the request names: its folders and checkpoints, its dataset."""
 
-    located: trainargs.Located
-    existing: list[rundir.Existing]  # its folders (name, name-2...) with their owners
-    owners: dict[str, slurmjobs.Verdict]  # resume=auto in a Slurm job: whether other jobs' still run
-    state: autoresume.RunState | None  # resume=auto: the last.pt of the folder it would continue
-    newest_last: Path | None  # resume=True without a checkpoint: the newest last.pt of the runs
+    seen: runpolicy.Seen  # its folders, their owners, what a resume loads (rig.launch.runpolicy)
     dataset: tuning.Dataset  # the size of the dataset it trains on
     classes: int  # its class count (80 where the yaml cannot tell): the detection loss's memory
-    checkpoint: resumecopy.Checked | None = None  # resume=True's checkpoint, opened once and checked
-
-
-def newest_last(runs_dir: Path) -> Path | None:
-    """The newest last*.pt of the user's own runs under runs_dir (rig.launch.rundir.own_checkpoints:
-    another user's, or one another user could have changed, is never a candidate)."""
-    found = sorted(rundir.own_checkpoints(runs_dir), key=os.path.getctime)
-    return found[-1] if found else None
-
-
-def resumed_checkpoint(args: Mapping[str, str]) -> Path | None:
-    """The checkpoint resume=PATH or resume=True model=PATH names; None: no resume, or resume=True
-    without a checkpoint (rig takes the newest of the user's own runs)."""
-    resume = trainargs.resume_of(args)
-    if isinstance(resume, str):
-        return None if resume.lower() == "auto" else Path(resume)
-    model = args.get("model", "")
-    return Path(model) if resume is True and model.endswith(".pt") else None
 
 
 def discover_run(args: Mapping[str, str], node: Node) -> Run:
-    """The run's folders and, for resume=auto, the state of the one it would continue: the job's own
-    (a scheduler's job), or project/name (outside one); the dataset's size. A resumed checkpoint is
-    opened here, once, through checked folders (rig.launch.resumecopy): what the ranks load."""
-    where = trainargs.locate(args, runs_dir=node.runs_dir, default_name=node.default_name, found=node.found)
-    rundir.check_name(where.name)
-    who = safefs.trust(node.environ)
-    rundir.check_project(where.project)
-    checkpoint = None
-    if (named := resumed_checkpoint(args)) is not None:
-        checkpoint = resumecopy.open_checked(named, who)
-    newest = newest_last(node.runs_dir) if where.newest_last_wanted else None
-    if newest is not None:
-        checkpoint = resumecopy.open_checked(newest, who)
-    existing = rundir.scan(where.project, where.name)
-    state, owners = None, {}
-    if where.auto_resume:
-        owners = owner_verdicts(existing, node.identity)
-        folder = _folder(where, existing, node.identity, auto=True, owners=owners)
-        state = autoresume.read_state(folder.path)
-    elif args.get("exist_ok", "").strip().lower() == "true" and trainargs.resume_of(args) is False:
-        rundir.check_run_dir(where.project / where.name)
-    return Run(
-        located=where,
-        existing=existing,
-        owners=owners,
-        state=state,
-        newest_last=newest,
-        dataset=tuning.size_dataset(where.data),
-        classes=gpubatch.classes(where.data, ultra.datasets_dir()),
-        checkpoint=checkpoint,
-    )
-
-
-def owner_verdicts(
-    existing: Sequence[rundir.Existing], identity: str | None, run: slurmjobs.Runner = slurmjobs.run_squeue
-) -> dict[str, slurmjobs.Verdict]:
-    """resume=auto in a Slurm job: for each folder of the run another Slurm job (or step) owns,
-    whether that owner still runs (squeue, rig.launch.slurmjobs); {} outside Slurm."""
-    me = slurmjobs.parse(identity)
-    if me is None:
-        return {}
-    out: dict[str, slurmjobs.Verdict] = {}
-    for e in existing:
-        owner = slurmjobs.parse(e.owner) if e.problem is None and e.owner != identity else None
-        if owner is not None and e.owner is not None and e.owner not in out:
-            out[e.owner] = slurmjobs.verdict(owner, me, run)
-    return out
+    """The run's folders, handed the node's facts (rig.launch.runpolicy.discover), and its dataset's size."""
+    facts = runpolicy.Facts(node.runs_dir, node.default_name, node.identity, node.found, node.environ)
+    seen = runpolicy.discover(args, facts)
+    data = seen.located.data
+    return Run(seen, tuning.size_dataset(data), gpubatch.classes(data, ultra.datasets_dir()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,7 +244,7 @@ def check_node(node: Node) -> None:
     job.metrics_env(node.environ)  # a bad RIG_METRICS_PORT or token file: one line, before anything runs
     ddp.nccl_timeout(node.environ), ddp.stop_grace(node.environ), ddp.rendezvous_timeout(node.environ)
     ddp.checkpoint_every(node.environ)
-    buildlock.stall_s(node.environ)
+    buildlock.stall_s(node.environ), imagecache.max_bytes(node.environ, 0), imagecache.max_age_s(node.environ)
     safefs.share_gid(node.environ)
     nodes.check_master(node.spec, node.master_addresses)
     if warning := nodes.port_warning(node.spec, node.ephemeral_ports):
@@ -329,69 +272,6 @@ def log_fabric(devices: Devices, found: Fabric) -> None:
 
 
 @dataclass(frozen=True)
-class RunDir:
-    """The run's folder: decided (a dry run prints it), then claimed by reserve_run_dir."""
-
-    path: Path
-    claim: bool  # a new folder, or the job's own: rundir.claim takes it; False: used as it is
-    identity: str | None
-    name: str  # the name the sequence name, name-2... starts from
-    takeable: tuple[str, ...] = ()  # owners that no longer run: their folders may be taken over
-    take_from: str | None = None  # the owner whose folder this is, taken over (rundir.choose)
-
-
-def _folder(
-    where: trainargs.Located,
-    existing: list[rundir.Existing],
-    identity: str | None,
-    *,
-    auto: bool = False,
-    exist_ok: bool = False,
-    owners: Mapping[str, slurmjobs.Verdict] | None = None,
-) -> RunDir:
-    """The run's folder: project/name as it is for the user's exist_ok=True, or for resume=auto
-    outside a scheduler's job; else the job's own, or (resume=auto: the same name submitted again)
-    the first one whose owner no longer runs, or the first free name (claimed later)."""
-    if exist_ok or (auto and identity is None):
-        return RunDir(where.project / where.name, False, identity, where.name)
-    verdicts = owners or {}
-    takeable = tuple(o for o, v in verdicts.items() if v.state == slurmjobs.GONE) if auto else ()
-    choice = rundir.choose(where.project, where.name, existing, identity, takeable)
-    return RunDir(choice.path, True, identity, where.name, takeable, choice.take_from)
-
-
-def folder_note(
-    folder: RunDir, existing: Sequence[rundir.Existing], owners: Mapping[str, slurmjobs.Verdict]
-) -> tuple[bool, str] | None:
-    """resume=auto in a Slurm job: why this folder and not the run's earlier ones, as (a WARNING?,
-    the line); None when there is nothing to say."""
-    if folder.take_from is not None:
-        return False, (
-            f"resume=auto: {folder.path} is {_who(folder.take_from)}'s, which no longer runs "
-            f"({owners[folder.take_from].why}): this job takes it over"
-        )
-    others = [(e, owners[e.owner]) for e in existing if e.owner is not None and e.owner in owners]
-    others = [(e, v) for e, v in others if e.path != folder.path]
-    unknown = [(e, v) for e, v in others if v.state == slurmjobs.UNKNOWN]
-    if unknown:
-        e, v = unknown[0]
-        return True, (
-            f"resume=auto: cannot ask Slurm whether {_who(e.owner)} (the owner of {e.path}) still runs "
-            f"({v.why}): trained in {folder.path} instead; where squeue cannot run in the container, "
-            f"continue that run with resume=True model={e.path / 'weights' / 'last.pt'}"
-        )
-    if others:
-        busy = ", ".join(f"{e.path.name} ({_who(e.owner)}: {v.why})" for e, v in others)
-        return False, f"resume=auto: not taking over {busy}: this job trains in {folder.path}"
-    return None
-
-
-def _who(owner: str | None) -> str:
-    parsed = slurmjobs.parse(owner)
-    return parsed.describe() if parsed else str(owner)
-
-
-@dataclass(frozen=True)
 class Plan:
     devices: Devices
     node: nodes.NodeSpec
@@ -399,34 +279,18 @@ class Plan:
     args: dict[str, str]  # the trainer's arguments, but the run directory's
     env: dict[str, str]  # what the launch's environment gains
     unset: tuple[str, ...]  # what it loses
-    run: RunDir | None  # None: a resumed checkpoint knows its run directory
+    run: runpolicy.RunDir | None  # None: a resumed checkpoint knows its run directory
     task: str  # detect, segment...: how the dataset is checked
     prepare: bool  # the launcher prepares the data before the ranks start
     done: str | None = None  # nothing to run (resume=auto of a finished run): why
-    take: RunDir | None = None  # resumed in a folder taken over from a job that no longer runs
+    take: runpolicy.RunDir | None = None  # resumed in a folder taken over from a job that no longer runs
     checkpoint: resumecopy.Checked | None = None  # a resume: the checkpoint checked, to copy for the ranks
     private: Path | None = None  # its private copy's folder, removed when the launch ends
 
 
-def _auto_resume(
-    args: Mapping[str, str], folder: RunDir, state: autoresume.RunState | None
-) -> tuple[dict[str, str], RunDir | None, str | None]:
-    """resume=auto: the folder's last.pt continued (resume=True), a fresh run in the folder, or (the
-    third value) why there is nothing to train."""
-    rest = {k: v for k, v in args.items() if k != "resume"}
-    last = folder.path / "weights" / "last.pt"
-    decision = autoresume.decide(folder.path, state or autoresume.RunState(last, exists=False))
-    if decision.kind == "finished":
-        return rest, None, decision.message
-    _logger.info("%s", decision.message)
-    if decision.kind == "resume":
-        return {**rest, "resume": "True", "model": str(last)}, None, None
-    return rest, folder, None
-
-
 def decide(request: Request, node: Node, run: Run) -> Plan:
     """The plan of one node: its ranks, the trainer's arguments and environment, the run's folder."""
-    devices, spec = request.devices, node.spec
+    devices, spec, seen = request.devices, node.spec, run.seen
     check_node(node)
     if devices.kind == "mps" and spec.nnodes > 1:
         raise RigError(
@@ -443,8 +307,8 @@ def decide(request: Request, node: Node, run: Run) -> Plan:
             ultracheck.EXIT_CODE,
         )
     world = nranks * spec.nnodes
-    trainargs.check_batch(request.args, world)
-    if run.located.new_folder and node.identity is None and spec.nnodes > 1:
+    batch.check(request.args, world)
+    if seen.located.new_folder and node.identity is None and spec.nnodes > 1:
         raise RigError(
             f"{spec.nnodes} nodes started by hand cannot agree on a new run directory: set RDZV_ID "
             "to one value for this run on every node (a restart with the same RDZV_ID and resume=auto "
@@ -453,94 +317,40 @@ def decide(request: Request, node: Node, run: Run) -> Plan:
     _logger.info("%s", world_line(devices, spec, nranks))
     if node.fabric is not None:
         log_fabric(devices, node.fabric)
-    args, folder = dict(request.args), None
-    take = None
-    if run.located.auto_resume:
-        auto = _folder(run.located, run.existing, node.identity, auto=True, owners=run.owners)
-        if note := folder_note(auto, run.existing, run.owners):
-            (_logger.warning if note[0] else _logger.info)("%s", note[1])
-        args, folder, done = _auto_resume(args, auto, run.state)
-        if done:
-            return Plan(devices, spec, placed, args, {}, (), None, "", False, done)
-        take = auto if folder is None and auto.take_from is not None else None
-    decided = trainargs.decide(
-        args,
+    auto = runpolicy.AutoResume(dict(request.args))
+    if seen.located.auto_resume:
+        auto = runpolicy.auto_resume(request.args, seen, node.identity)
+        if auto.done:
+            return Plan(devices, spec, placed, auto.args, {}, (), None, "", False, auto.done)
+    gpus = gpubatch.of_run(
+        node.gpus, node.gpus_state, [b.gpu_bus_id for b in placed.bindings if b.gpu_bus_id]
+    )
+    facts = trainargs.Facts(
         world=world,
         cpu=devices.kind != "gpu",
         device=device_arg(devices, placed),
         found=node.found,
-        newest_last=run.newest_last,
         runs_dir=node.runs_dir,
-        smart_value=ultra.smart_value,
-        tune=lambda a: tuning.decide_for(
-            node.resources, run.dataset, user_args=a, rank_cpus=rank_cpus, nranks=nranks, world=world
-        ),
-        per_gpu=lambda a: _per_gpu_batch(a, devices, placed, node, run, world),
-        step_levers=lambda a: _step_levers(a, devices, placed, node, run, world),
+        newest_last=seen.newest_last,
+        loader=tuning.Node(node.resources, run.dataset, rank_cpus=rank_cpus, nranks=nranks),
+        gpus=batch.Gpus(*gpus, classes=run.classes) if devices.kind == "gpu" else None,
+        gpu_names=tuple(g.name for g in gpus[0]),
+        torch=node.torch,
+        lever_records=node.lever_records,
+        follow_records=steplevers.following(node.environ),
     )
+    decided = trainargs.decide(auto.args, facts, smart_value=ultra.smart_value)
+    folder = auto.folder
     if not decided.resuming and folder is None:
-        folder = _folder(run.located, run.existing, node.identity, exist_ok=decided.exist_ok)
-    gpus = job.run_gpus(placed.bindings, placed.gpu_ids) if devices.kind == "gpu" else None
-    env = {**job.train_env(node.user_environ, node.environ, rank_cpus, gpus), **decided.env}
+        folder = runpolicy.folder(seen, node.identity, exist_ok=decided.exist_ok)
+    run_gpus = job.run_gpus(placed.bindings, placed.gpu_ids) if devices.kind == "gpu" else None
+    env = {**job.train_env(node.user_environ, node.environ, rank_cpus, run_gpus), **decided.env}
     alone = devices.kind != "gpu" and world == 1
     unset = tuple(v for v in RENDEZVOUS_VARIABLES if v in node.environ) if alone else ()
     task = trainargs.guess_task(decided.args)
     wanted = prepare.wanted(decided.args, task, world)
-    checkpoint = None
-    if decided.resuming:
-        checkpoint = run.state.checked if run.located.auto_resume and run.state else run.checkpoint
-    plan = Plan(devices, spec, placed, decided.args, env, unset, folder, task, wanted, take=take)
-    return dataclasses.replace(plan, checkpoint=checkpoint)
-
-
-def _run_gpus(placed: Ranks, node: Node) -> tuple[list[gpubatch.GpuMemory], str]:
-    return gpubatch.of_run(
-        node.gpus, node.gpus_state, [b.gpu_bus_id for b in placed.bindings if b.gpu_bus_id]
-    )
-
-
-def _per_gpu_batch(
-    args: Mapping[str, str], devices: Devices, placed: Ranks, node: Node, run: Run, world: int
-) -> tuple[float, str | None]:
-    """Without batch=, on GPUs: the per-GPU batch from their memory (rig.yolo.gpubatch), and why;
-    else Ultralytics' default (None: trainargs.with_batch's own rule and line)."""
-    default = node.found.default_batch
-    if devices.kind != "gpu" or "batch" in args or trainargs.resume_of(args) is not False:
-        return default, None
-    nbs = ultra.smart_value(args["nbs"]) if args.get("nbs") else ultra.default("nbs")
-    choice = gpubatch.for_launch(args, *_run_gpus(placed, node), world, nc=run.classes, nbs=int(nbs))
-    if not choice.measured:  # Ultralytics' default, as without this decision; the line says why
-        _logger.info("batch from the GPUs' memory: %s", choice.reason)
-        return default, None
-    return float(choice.per_gpu), choice.reason
-
-
-def _step_levers(
-    args: Mapping[str, str], devices: Devices, placed: Ranks, node: Node, run: Run, world: int
-) -> steplevers.StepLevers:
-    """channels_last, CUDA graphs and fused optimizer kernels: as `rig bench` measured them on these
-    GPUs (rig.launch.steplevers)."""
-    cpu = devices.kind != "gpu"
-    key = steplevers.launch_key(
-        args,
-        gpu_names=[g.name for g in _run_gpus(placed, node)[0]],
-        cpu=cpu,
-        world=world,
-        torch=node.torch,
-        imgsz=tuning.imgsz_of(args),
-        amp=gpubatch.amp_of(args),
-        default_batch=node.found.default_batch,
-    )
-    return steplevers.for_launch(
-        args,
-        key=key,
-        records=node.lever_records,
-        cpu=cpu,
-        world=world,
-        train_images=run.dataset.train_images,
-        default_epochs=int(ultra.default("epochs")),
-        follow=steplevers.following(node.environ),
-    )
+    plan = Plan(devices, spec, placed, decided.args, env, unset, folder, task, wanted, take=auto.take)
+    return dataclasses.replace(plan, checkpoint=runpolicy.checkpoint(seen, decided.resuming))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -548,28 +358,9 @@ def _step_levers(
 
 
 def reserve_run_dir(plan: Plan) -> Plan:
-    """Claim the run's folder (rig.launch.rundir): the one the plan names, or, when another launch
-    took that name meanwhile, the next; the nodes of one job all end in the same."""
-    if plan.take is not None:  # resumed from its last.pt: the folder must be this job's before
-        path = rundir.claim(
-            plan.take.path.parent, plan.take.name, plan.take.identity, None, plan.take.takeable
-        )
-        if path != plan.take.path:
-            raise RigError(
-                f"resume=auto: another job took over {plan.take.path} meanwhile; submit this one again "
-                "to continue the next folder of the run, or give another name="
-            )
-        return plan
-    run = plan.run
-    if run is None:
-        return plan
-    if not run.claim:
-        rundir.make_run_dir(run.path)
-        return plan
-    path = rundir.claim(run.path.parent, run.name, run.identity, None, run.takeable)
-    if path != run.path:  # another launch took the name between the decision and the claim
-        _logger.info("run directory: %s (%s was taken meanwhile)", path, run.path.name)
-    return dataclasses.replace(plan, run=dataclasses.replace(run, path=path, claim=False))
+    """Claim the run's folder (rig.launch.runpolicy.reserve): the one the plan names, or, when another
+    launch took that name meanwhile, the next; the nodes of one job all end in the same."""
+    return dataclasses.replace(plan, run=runpolicy.reserve(plan.run, plan.take))
 
 
 def copy_checkpoint(plan: Plan) -> Plan:

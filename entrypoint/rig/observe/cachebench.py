@@ -6,7 +6,7 @@ summed over the ranks). Three phases, fresh processes each:
   stock      Ultralytics' own cache: every process decodes every image and keeps its copy;
   ours       the node image cache, cold (an empty cache folder): one process builds, the others map;
   ours warm  the same again, the file already there: a second run.
-The ours phases build as `rig train` does, the pixel work left to the device (rig.yolo.device_augment,
+The ours phases build as `rig train` does, the pixel work left to the device (rig.yolo.augment,
 unless RIG_DEVICE_AUGMENT=0), so their loader rate is the workers' and the collate's alone.
 Memory the cache holds on the node: what the processes' anonymous memory grew by while building
 (/proc/self/smaps_rollup Pss_Anon + Pss_Shmem: Ultralytics' buffer is anonymous, a mapped file is
@@ -84,16 +84,15 @@ def _rank(job: _Job, rank: int, barrier: Any, results: Any) -> None:
     os.environ.update(
         {imagecache.CACHE_DIR_ENV: job.cache_dir, "LOCAL_RANK": str(rank), "YOLO_VERBOSE": "False"}
     )
-    from rig.yolo import device_augment
-    from rig.yolo.nodecache import cached_dataset
+    from rig.yolo import augment
+    from rig.yolo.augment import device
 
     cfg = ultra.get_cfg({"imgsz": job.imgsz, "batch": job.batch, "cache": "ram"})
     barrier.wait(TIMEOUT_S)
     before, t0 = _anon_bytes(), time.monotonic()
     with contextlib.ExitStack() as hooks:
         if job.phase != "stock":  # as rig train builds it: the node cache, pixels left to the device
-            hooks.enter_context(cached_dataset.in_use(cfg))
-            hooks.enter_context(device_augment.in_use("train", announce=False))
+            hooks.enter_context(augment.building(cfg, "train", exact=False, guards=False, announce=False))
         ds = ultra.build_yolo_dataset(cfg, job.data["train"], job.batch, job.data, mode="train", stride=32)
     t1 = time.monotonic()
     results.put(("built", rank, t0, t1, _anon_bytes() - before))
@@ -105,7 +104,7 @@ def _rank(job: _Job, rank: int, barrier: Any, results: Any) -> None:
     n, t = 0, time.monotonic()
     for _ in range(job.batches):
         with contextlib.suppress(StopIteration):
-            n += device_augment.images_in(next(it))
+            n += device.images_in(next(it))
     results.put(("loader", rank, n, t, time.monotonic()))
     with contextlib.suppress(RuntimeError):  # a worker dying at shutdown, after the measurement
         loader.close()

@@ -22,6 +22,7 @@ from rig.errors import RigError
 from rig.hardware import choice, fabric
 from rig.hardware.nvml import describe_error, session
 from rig.hardware.topology import read_topology, visible_entries
+from rig.launch import batch as launch_batch
 from rig.launch import nodes
 from rig.launch.binding import make_plan
 from rig.observe import bench as rig_bench
@@ -297,7 +298,8 @@ def gather_dataset(
         return DatasetFacts(data, path=str(path), error=str(e))
     n, size, seconds, bad = read_sample(images)
     decisions = tuning.decide(
-        user_args={"batch": str(batch), "imgsz": str(imgsz)},
+        user_args={"imgsz": str(imgsz)},
+        rank_batch=launch_batch.share(batch, nranks).per_rank,  # the ranks share the total
         train_images=len(images) or None,
         resources=tuning.read_resources(root),
         rank_cpus=rank_cpus,

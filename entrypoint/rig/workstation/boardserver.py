@@ -13,18 +13,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from rig import program
 from rig.errors import RigError
-from rig.workstation import handover
-from rig.workstation.labserver import not_dumpable
+from rig.workstation.labserver import not_dumpable, take_socket
 
 
+@program.entry("tensorboard")
 def main() -> int:
     not_dumpable()
-    try:
-        taken = handover.take()
-    except (RigError, OSError) as e:
-        print(f"ERROR tensorboard: {e}", file=sys.stderr)
-        return 2
+    taken = take_socket()
     from absl import app  # type: ignore[import-not-found,unused-ignore]
     from tensorboard import default, main_lib, program  # type: ignore[import-not-found,unused-ignore]
     from tensorboard.plugins import base_plugin  # type: ignore[import-not-found,unused-ignore]
@@ -61,8 +58,7 @@ def main() -> int:
     try:
         app.run(board.main, flags_parser=board.configure)
     except base_plugin.FlagsError as e:
-        print(f"ERROR tensorboard: {e}", file=sys.stderr)
-        return 1
+        raise RigError(str(e)) from None
     return 0
 
 

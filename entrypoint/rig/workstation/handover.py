@@ -28,10 +28,13 @@ import socket
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 
+from rig import envnumbers
 from rig.errors import RigError
 
 LISTEN_FD_ENV = "RIG_LISTEN_FD"
 READY_FD_ENV = "RIG_READY_FD"
+LISTEN_FD = envnumbers.Number(LISTEN_FD_ENV, low=0, whole=True, hint="start this service with `rig serve`")
+READY_FD = envnumbers.Number(READY_FD_ENV, low=0, whole=True, hint="start this service with `rig serve`")
 READY = b"ready\n"
 BACKLOG = 128
 
@@ -150,11 +153,10 @@ def take(environ: MutableMapping[str, str] | None = None) -> Taken:
     """The socket and ready pipe `rig serve` handed this process; the variables are removed (the
     process's children must not look for descriptors they do not have)."""
     env = os.environ if environ is None else environ
-    try:
-        listen_fd = int(env.pop(LISTEN_FD_ENV))
-        ready_fd = int(env.pop(READY_FD_ENV))
-    except (KeyError, ValueError):
-        raise RigError(f"no {LISTEN_FD_ENV}/{READY_FD_ENV}: start this service with `rig serve`") from None
+    if LISTEN_FD_ENV not in env or READY_FD_ENV not in env:
+        raise RigError(f"no {LISTEN_FD_ENV}/{READY_FD_ENV}: start this service with `rig serve`")
+    listen_fd, ready_fd = LISTEN_FD.read_int(env), READY_FD.read_int(env)
+    del env[LISTEN_FD_ENV], env[READY_FD_ENV]
     os.set_inheritable(ready_fd, False)
     listener = socket.socket(fileno=listen_fd)
     listener.set_inheritable(False)

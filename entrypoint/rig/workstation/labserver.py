@@ -46,12 +46,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rig import program
 from rig.errors import RigError
 from rig.workstation import handover, tokengate, userenv
 
 PR_SET_DUMPABLE = 4
 MIN_TOKEN = 16
 TRUST_HOME = "--trust-home"
+
+
+NOT_STARTED = 2  # what `rig serve` did not hand over (a token, the port): exit 2
+
+
+def take_socket() -> handover.Taken:
+    """The socket `rig serve` holds for this service (rig.workstation.handover), or exit 2 in one line."""
+    with program.bad_input_exits(NOT_STARTED):
+        try:
+            return handover.take()
+        except OSError as e:
+            raise RigError(f"cannot take the socket `rig serve` holds: {e.strerror or e}") from None
 
 
 def not_dumpable() -> None:
@@ -80,18 +93,14 @@ def readable_python() -> None:
         sys.executable = str(python)
 
 
+@program.entry("jupyter")
 def main() -> int:
     not_dumpable()
     readable_python()
     token = read_token()
     if len(token) < MIN_TOKEN or any(c.isspace() for c in token):
-        print("ERROR jupyter: no token on stdin; start JupyterLab with `rig serve`", file=sys.stderr)
-        return 2
-    try:
-        taken = handover.take()
-    except (RigError, OSError) as e:
-        print(f"ERROR jupyter: {e}", file=sys.stderr)
-        return 2
+        raise RigError("no token on stdin; start JupyterLab with `rig serve`", NOT_STARTED)
+    taken = take_socket()
     taken.listener.setblocking(False)  # tornado's accept loop expects it
     args = sys.argv[1:]
     if args[:1] == [TRUST_HOME]:

@@ -17,8 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rig import log, paths, safefs, userids
-from rig.errors import RigError
+from rig import envnumbers, log, paths, safefs, userids
 from rig.workstation import users
 
 RECORD = paths.STATE / "yolo-ids"
@@ -45,15 +44,18 @@ def _write_record(record: Path, ids: users.Ids) -> None:
         safefs.write_file(record, f"{ids.uid}:{ids.gid}\n".encode(), mode=0o644)
 
 
+BUDGET = envnumbers.Number(
+    "RIG_REOWN_BUDGET_S",
+    low=0,
+    high=86400,
+    default=BUDGET_S,
+    unit="seconds",
+    hint="the time the volumes' re-owning may take at a start",
+)
+
+
 def budget(environ: Mapping[str, str]) -> float:
-    raw = environ.get("RIG_REOWN_BUDGET_S", "").strip()
-    try:
-        value = float(raw) if raw else BUDGET_S
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 86400:
-        raise RigError(f"RIG_REOWN_BUDGET_S={raw!r}: use seconds between 0 and 86400 (default {BUDGET_S:g})")
-    return value
+    return BUDGET.read(environ)
 
 
 def follow_ids(

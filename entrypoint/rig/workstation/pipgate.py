@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import paths
+from rig import paths, program
 from rig.errors import RigError
 from rig.workstation import userenv
 
@@ -63,7 +63,7 @@ def plan(
 ) -> Invocation:
     if euid == 0:
         raise RigError(
-            "pip installs into user yolo's own packages (~/.local on the `home` volume) and runs as yolo: "
+            "installs into user yolo's own packages (~/.local on the `home` volume) and runs as yolo: "
             "use an SSH session, a Jupyter terminal or `make shell`; the image's /opt/venv stays read-only "
             "(packages for a whole team: a derived image, docs/user-environment.md)"
         )
@@ -87,8 +87,9 @@ def plan(
 
 
 def pin_conflict(stderr: str, pins: Mapping[str, str] | None = None) -> str | None:
-    """One line for pip's "conflicting dependencies" error when a pin of the image is the cause;
-    pins (userenv.pins) name the pin that a SAME_MODULE name's constraint keeps."""
+    """One line for pip's "conflicting dependencies" error when a pin of the image is the cause (the gate
+    prints it after `ERROR pip: `); pins (userenv.pins) name the pin that a SAME_MODULE name's
+    constraint keeps."""
     pinned = _PINNED.findall(stderr)
     if not pinned:
         return None
@@ -105,7 +106,7 @@ def pin_conflict(stderr: str, pins: Mapping[str, str] | None = None) -> str | No
     twin = userenv.refused_as(name, spec)
     if twin is None:
         return (
-            f"pip: {wanted} would replace the image's pinned {name}{spec} ({userenv.LOCK}); keep the pin "
+            f"{wanted} would replace the image's pinned {name}{spec} ({userenv.LOCK}); keep the pin "
             f"(choose a version that fits it), or shadow it in your sessions only: "
             f"{userenv.UNPINNED}=1 pip install ... (torch and ultralytics were tested with the pin)"
         )
@@ -116,7 +117,7 @@ def pin_conflict(stderr: str, pins: Mapping[str, str] | None = None) -> str | No
     instead = userenv.HEADLESS.get(alias)
     shadow = f"{instead}==VERSION (headless: the desktop OpenCV cannot load here; " if instead else "... ("
     return (
-        f"pip: {wanted} would replace the image's pinned {twin}{'==' + version if version else ''} "
+        f"{wanted} would replace the image's pinned {twin}{'==' + version if version else ''} "
         f"({userenv.LOCK}): {alias} installs the same module; keep the image's{keep}, or shadow it in "
         f"your sessions only: {userenv.UNPINNED}=1 pip install {shadow}torch and ultralytics were tested "
         "with the pin)"
@@ -201,24 +202,17 @@ def _run(invocation: Invocation) -> tuple[int, str]:
         return code, holder.rest().decode(errors="replace")
 
 
+@program.entry("pip")
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        lock_text = userenv.LOCK.read_text()
-        invocation = plan(args, os.environ, euid=os.geteuid(), lock_text=lock_text)
-    except RigError as e:
-        print(f"ERROR {e}", file=sys.stderr)
-        return e.exit_code
-    try:
-        code, held = _run(invocation)
-    except KeyboardInterrupt:
-        return 130
+    lock_text = userenv.LOCK.read_text()
+    invocation = plan(args, os.environ, euid=os.geteuid(), lock_text=lock_text)
+    code, held = _run(invocation)
     line = pin_conflict(held, userenv.pins(lock_text)) if code != 0 else None
     if line is not None:
-        print(f"ERROR {line}", file=sys.stderr)
-        return 1
+        raise RigError(line)
     sys.stdout.write(held)
-    return code
+    return code  # pip's own
 
 
 if __name__ == "__main__":

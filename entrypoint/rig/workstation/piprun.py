@@ -15,7 +15,10 @@ import importlib
 import os
 import sys
 
+from rig import program
 
+
+@program.entry("pip")
 def main(argv: list[str]) -> int:
     prefix, pip_dir, *args = argv
     sys.path.insert(0, pip_dir)

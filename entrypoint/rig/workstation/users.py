@@ -3,13 +3,14 @@ the host user, and the helpers that run a program as that user."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import log, paths, safefs, userids
+from rig import envnumbers, log, paths, safefs, userids
 from rig.errors import RigError
 from rig.userids import GID_ENV, UID_ENV
 from rig.workstation import userenv
@@ -17,7 +18,6 @@ from rig.workstation import userenv
 USER = "yolo"
 HOME = paths.HOME
 SHELL = "/bin/bash"
-_MAX_ID = 2**31 - 2
 _NO_LIMIT = float("inf")
 
 _logger = log.get("users")
@@ -29,29 +29,21 @@ class Ids:
     gid: int
 
 
-def _parse_id(name: str, raw: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
+def _parse_id(number: envnumbers.Number, raw: str) -> int:
+    if dataclasses.replace(number, low=0).parse(raw) == 0:
         raise RigError(
-            f"{name}={raw!r} is not a number; set it to your host id, e.g. {name}=$(id -u)"
-        ) from None
-    if value == 0:
-        raise RigError(
-            f"{name}=0 would run SSH logins, Jupyter and training as root; set {name} to an unprivileged "
-            "host id (`id -u` / `id -g` of your user), or leave it unset for 1000"
+            f"{number.name}=0 would run SSH logins, Jupyter and training as root; set {number.name} to an "
+            "unprivileged host id (`id -u` / `id -g` of your user), or leave it unset for 1000"
         )
-    if not 0 < value <= _MAX_ID:
-        raise RigError(f"{name}={raw!r} is out of range; use a host id between 1 and {_MAX_ID}")
-    return value
+    return number.read_int({number.name: raw})
 
 
 def requested_ids(environ: Mapping[str, str], current: Ids) -> Ids:
     """The ids asked for by RIG_UID/RIG_GID; RIG_GID defaults to RIG_UID when only that is set."""
     raw_uid = environ.get(UID_ENV, "").strip()
     raw_gid = environ.get(GID_ENV, "").strip()
-    uid = _parse_id(UID_ENV, raw_uid) if raw_uid else current.uid
-    gid = _parse_id(GID_ENV, raw_gid) if raw_gid else (uid if raw_uid else current.gid)
+    uid = _parse_id(userids.UID, raw_uid) if raw_uid else current.uid
+    gid = _parse_id(userids.GID, raw_gid) if raw_gid else (uid if raw_uid else current.gid)
     return Ids(uid, gid)
 
 

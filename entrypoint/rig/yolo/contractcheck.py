@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rig import program
+from rig.errors import RigError
 from rig.yolo import contract
 from rig.yolo.contract import Feature, Use
 
@@ -608,6 +610,7 @@ def installed_report(package_dir: Path, baked: Path | None = None) -> Report:
     return check(package_dir)
 
 
+@program.entry("contract")
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rig.yolo.contractcheck", description=__doc__)
     p.add_argument(
@@ -621,8 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         dirs = ultra.package_dirs()
         if not dirs:
-            print("ERROR contract: Ultralytics is not installed here", file=sys.stderr)
-            return 2
+            raise RigError("Ultralytics is not installed here", 2)
         package = dirs[0]
     report = check(package)
     if a.bake is not None:

@@ -137,9 +137,9 @@ def seeded(base: type) -> type:
 
 
 def _named(name: str) -> Any:
-    """A dataset class by the name build_yolo_dataset's wrappers give it (rig.yolo.device_augment,
+    """A dataset class by the name build_yolo_dataset's wrappers give it (rig.yolo.augment.dataset,
     rig.yolo.nodecache.cached_dataset), or Ultralytics' own."""
-    for module in ("rig.yolo.device_augment", "rig.yolo.nodecache.cached_dataset"):
+    for module in ("rig.yolo.augment.dataset", "rig.yolo.nodecache.cached_dataset"):
         with contextlib.suppress(AttributeError):
             return getattr(importlib.import_module(module), name)
     return getattr(ultra.data_dataset(), name, None)
@@ -156,9 +156,9 @@ def __getattr__(name: str) -> Any:
 
 @contextlib.contextmanager
 def in_use(mode: str, on: bool = True) -> Iterator[None]:
-    """While Ultralytics builds the train dataset, the classes it instantiates are seeded ones. Enter
-    it inside the other wrappers (rig.yolo.device_augment): it wraps whatever class is there. `on`
-    False: Ultralytics' own classes (exact resume is off)."""
+    """While Ultralytics builds the train dataset, the classes it instantiates are seeded ones.
+    Entered by rig.yolo.augment.building, inside the other wrappers: it wraps whatever class is
+    there. `on` False: Ultralytics' own classes (exact resume is off)."""
     if mode != "train" or not on:
         yield
         return

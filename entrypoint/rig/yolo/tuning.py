@@ -31,9 +31,6 @@ from rig.yolo import datasets, ultra
 from rig.yolo.nodecache import imagecache
 
 GIB = 1 << 30
-# The per-rank batch Ultralytics' AutoBatch may pick (batch=-1 or a fraction) is unknown before
-# training; size /dev/shm for a large one.
-AUTOBATCH_ASSUMED = 64
 # Batches (of the train batch size) in /dev/shm per train worker: the train loader prefetches 4
 # per worker, and the val loader runs twice the workers, each prefetching 2 at twice the batch
 # (Ultralytics 8.4 build_dataloader and DetectionTrainer.get_dataloader); the train workers keep
@@ -145,17 +142,6 @@ def imgsz_of(user_args: Mapping[str, str]) -> int:
     return max(nums) if nums else ultra.DEFAULT_IMGSZ
 
 
-def _rank_batch(user_args: Mapping[str, str], world: int) -> int:
-    try:
-        batch = float(user_args.get("batch", ultra.DEFAULT_BATCH))
-    except ValueError:
-        batch = ultra.DEFAULT_BATCH
-    if batch < 1:  # AutoBatch: -1 or a GPU memory fraction
-        return AUTOBATCH_ASSUMED
-    # Ultralytics splits the batch over the global world size: every rank of every node.
-    return max(int(batch) // max(world, 1), 1)
-
-
 def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
@@ -163,22 +149,22 @@ def _gib(n: float) -> str:
 def decide(
     *,
     user_args: Mapping[str, str],
+    rank_batch: int,
     train_images: int | None,
     resources: Resources,
     rank_cpus: int,
     nranks: int,
-    world: int | None = None,
     full_size_bytes: int | None = None,
 ) -> list[Decision]:
     """The `workers` and `cache` arguments to add when the user did not set them.
 
-    nranks: the ranks on this node (they share its /dev/shm and RAM); world: the ranks of every
-    node (they share the batch), nranks when not given. full_size_bytes: a classification dataset's
-    train images decoded at full resolution, what Ultralytics' `cache=ram` holds for it."""
+    rank_batch: the images a rank loads per step (rig.launch.batch decides it); nranks: the ranks on
+    this node (they share its /dev/shm and RAM). full_size_bytes: a classification dataset's train
+    images decoded at full resolution, what Ultralytics' `cache=ram` holds for it."""
     out: list[Decision] = []
     nranks = max(nranks, 1)
     imgsz = imgsz_of(user_args)
-    batch_bytes = _rank_batch(user_args, world or nranks) * 3 * imgsz * imgsz
+    batch_bytes = rank_batch * 3 * imgsz * imgsz
     shm_per_worker = SHM_BATCHES_PER_WORKER * batch_bytes * nranks  # one worker on every local rank
 
     if "workers" in user_args:
@@ -325,22 +311,24 @@ def size_dataset(
     return Dataset(datasets.count_train_images(data, datasets_dir) if data else None)
 
 
-def decide_for(
-    resources: Resources,
-    dataset: Dataset,
-    *,
-    user_args: Mapping[str, str],
-    rank_cpus: int,
-    nranks: int,
-    world: int | None = None,
-) -> list[Decision]:
+@dataclass(frozen=True)
+class Node:
+    """What the loader's decision reads of the node and the run (read once, by rig train's discovery)."""
+
+    resources: Resources
+    dataset: Dataset
+    rank_cpus: int  # the CPUs bound to each rank
+    nranks: int  # the ranks of this node
+
+
+def decide_for(node: Node, *, user_args: Mapping[str, str], rank_batch: int) -> list[Decision]:
     """`decide` on what read_resources and size_dataset read."""
     return decide(
         user_args=user_args,
-        train_images=dataset.train_images,
-        resources=resources,
-        rank_cpus=rank_cpus,
-        nranks=nranks,
-        world=world,
-        full_size_bytes=dataset.full_size_bytes,
+        rank_batch=rank_batch,
+        train_images=node.dataset.train_images,
+        resources=node.resources,
+        rank_cpus=node.rank_cpus,
+        nranks=node.nranks,
+        full_size_bytes=node.dataset.full_size_bytes,
     )

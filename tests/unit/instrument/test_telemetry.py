@@ -16,7 +16,13 @@ from rig.hardware import nvml as nvml_module
 from rig.instrument import telemetry
 
 from tests.helpers.waiting import wait_until
-from tests.scripts.fake_nvml import NVML_ERROR_NOT_SUPPORTED, FakeGpu, FakeNvml
+from tests.scripts.fake_nvml import (
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NOT_SUPPORTED,
+    FakeGpu,
+    FakeNvml,
+    NVMLError,
+)
 
 
 class RecordingWriter:
@@ -214,7 +220,10 @@ def test_run_survives_nvml_errors_mid_run(tmp_path: Path, logged: list[str]) -> 
     assert len(rows) == 6
     assert [r["gpu0_util_pct"] for r in rows] == ["20.000", "40.000", "", "", "", ""]
     errors = [line for line in logged if "NVML error" in line]
-    assert len(errors) == 1 and errors[0].startswith("INFO ")
+    # The first failure when it happens, their count at the end of the run: never a line per sample.
+    assert len(errors) == 2 and errors[0].startswith("INFO NVML error on GPU 0 (util_pct: NVMLError")
+    assert errors[0].endswith("; those values stay empty, the run goes on")
+    assert errors[1].startswith("INFO telemetry sampling failed 4 times: NVML error on GPU 0 (util_pct: ")
     assert not any(line.startswith(("WARNING", "ERROR")) for line in logged)
     assert summary is not None and summary.gpus[0].mean_util_pct == pytest.approx(30.0)
 
@@ -367,3 +376,95 @@ def test_an_unwritable_run_directory_does_not_stop_training(tmp_path: Path, logg
         model.fire(event, trainer)
     model.fire("on_train_end", trainer)
     assert len(logged) == 1 and logged[0].startswith("INFO telemetry off for this run (")
+
+
+# ---- a sampler that raises: the NVML errors meant are handled, anything else shows -----------------
+def test_nvml_unable_to_list_the_gpus_is_step_timing_only(tmp_path: Path, logged: list[str]) -> None:
+    nvml = FakeNvml().failing("nvmlDeviceGetCount", NVMLError(NVML_ERROR_GPU_IS_LOST))
+    rec = recorder(tmp_path, nvml, RecordingWriter())
+    rec.start()
+    summary = rec.stop()
+    assert summary is not None and summary.gpus == ()
+    assert summary.nvml == "NVML could not list GPUs (NVMLError: NVML error 15)"
+    assert logged[0] == (
+        "INFO NVML could not list GPUs (NVMLError: NVML error 15): "
+        "recording step timing only, the run goes on"
+    )
+
+
+def test_a_bug_listing_the_gpus_is_not_taken_for_nvml(tmp_path: Path) -> None:
+    rec = recorder(tmp_path, FakeNvml().failing("nvmlDeviceGetCount", TypeError("a bug")), RecordingWriter())
+    with pytest.raises(TypeError, match="a bug"):
+        rec.start()  # on_train_start turns telemetry off with one line (below), naming it
+
+
+def test_a_gpu_whose_handle_is_lost_samples_empty_values(tmp_path: Path, logged: list[str]) -> None:
+    nvml = FakeNvml().failing("nvmlDeviceGetHandleByIndex", NVMLError(NVML_ERROR_GPU_IS_LOST), after=1)
+    rec = recorder(tmp_path, nvml, RecordingWriter())
+    rec.start()  # gpus() takes the one handle
+    rec._nvml._handles.clear()  # type: ignore[union-attr]  # as after a driver reload: asked again
+    row = rec.sample_once()
+    rec.sample_once()
+    rec.stop()
+    assert row["gpu0_util_pct"] == ""
+    assert logged[-3:-1] == [
+        "INFO NVML error on GPU 0 (NVMLError: NVML error 15); those values stay empty, the run goes on",
+        "INFO telemetry sampling failed 3 times: NVML error on GPU 0 (NVMLError: NVML error 15)",
+    ]
+
+
+def test_a_bug_reading_a_gpu_is_not_taken_for_nvml(tmp_path: Path) -> None:
+    nvml = FakeNvml().failing("nvmlDeviceGetHandleByIndex", KeyError("a bug"), after=1)
+    rec = recorder(tmp_path, nvml, RecordingWriter())
+    rec.start()
+    rec._nvml._handles.clear()  # type: ignore[union-attr]
+    with pytest.raises(KeyError, match="a bug"):
+        rec.sample_once()
+
+
+class FullDisk(RecordingWriter):
+    def add_scalar(self, tag: str, value: float, step: int, walltime: float) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_sampler_thread_that_fails_is_counted_and_said_once(tmp_path: Path, logged: list[str]) -> None:
+    rec = telemetry.Recorder(
+        tmp_path, nvml_module=FakeNvml(), writer_factory=lambda _: FullDisk(), interval_s=0.01
+    )
+    rec.start()
+    wait_until(lambda: rec._failures.count >= 3, timeout=30, interval=0.01)
+    summary = rec.stop()  # its last sample fails too: counted, and the summary is written
+    assert summary is not None and (tmp_path / telemetry.SUMMARY_NAME).is_file()
+    failed = [line for line in logged if "No space left" in line]
+    assert failed[0] == (
+        "INFO telemetry sample failed (OSError: [Errno 28] No space left on device); "
+        "those values stay empty, the run goes on"
+    )
+    count = int(failed[1].split(" failed ")[1].split()[0])
+    assert count >= 3 and failed[1:] == [
+        f"INFO telemetry sampling failed {count} times: telemetry sample failed "
+        "(OSError: [Errno 28] No space left on device)"
+    ]
+
+
+def test_telemetry_that_cannot_start_or_end_never_ends_training(tmp_path: Path, logged: list[str]) -> None:
+    model = FakeModel()
+    telemetry.attach(
+        model, tmp_path / "run", nvml_module=FakeNvml().failing("nvmlDeviceGetCount", TypeError("a bug"))
+    )
+    trainer = SimpleNamespace(save_dir=tmp_path)
+    for event in ("on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_train_batch_end"):
+        model.fire(event, trainer)
+    model.fire("on_train_end", trainer)
+    assert logged == ["INFO telemetry off for this run (TypeError: a bug); the run goes on"]
+
+    logged.clear()
+    model = FakeModel()
+    rec = telemetry.attach(model, tmp_path / "run2", nvml_module=FakeNvml(), writer_factory=lambda _: None)
+    model.fire("on_train_start", trainer)
+    (tmp_path / "run2" / telemetry.CSV_NAME).unlink()  # the run directory emptied under the run
+    model.fire("on_train_end", trainer)
+    assert len(logged) == 1 and logged[0].startswith(
+        "INFO telemetry summary not written (FileNotFoundError: "
+    )
+    assert rec.summary is None

@@ -92,8 +92,8 @@ def test_scheduler_variables_become_a_node_spec(env: dict[str, str], expected: t
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"NNODES": "two"}, "not a number"),
-        ({"NNODES": "0"}, "too small"),
+        ({"NNODES": "two"}, "^NNODES='two': use a whole number >= 1$"),
+        ({"NNODES": "0"}, "^NNODES='0': use a whole number >= 1$"),
         ({"NNODES": "2", "NODE_RANK": "0"}, "no MASTER_ADDR"),
         ({"NNODES": "2", "NODE_RANK": "2", "MASTER_ADDR": "a"}, "not below"),
         ({"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[01-"}, "cannot read SLURM_JOB_NODELIST"),

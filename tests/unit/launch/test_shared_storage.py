@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from rig import cli, safefs
 from rig.errors import RigError
-from rig.launch import autoresume, checkpoints, nodes, resumecopy, rundir, trainplan
+from rig.launch import autoresume, checkpoints, nodes, resumecopy, rundir, runpolicy, trainplan
 
 from tests.helpers.fakesys import FakeSys
 
@@ -235,10 +235,10 @@ def test_resume_true_with_another_users_checkpoint_is_one_line(tmp_path: Path) -
     os.chown(theirs / "weights", B, B)  # A's own, in B's folder: B can swap it
     with pytest.raises(RigError, match=r"weights belongs to uid 2002"):
         resumecopy.open_checked(last, who)
-    assert trainplan.resumed_checkpoint({"resume": "True", "model": str(last)}) == last
-    assert trainplan.resumed_checkpoint({"resume": str(last)}) == last
-    assert trainplan.resumed_checkpoint({"model": str(last)}) is None  # a fresh run from weights
-    assert trainplan.resumed_checkpoint({"resume": "auto", "model": str(last)}) is None
+    assert runpolicy.resumed_checkpoint({"resume": "True", "model": str(last)}) == last
+    assert runpolicy.resumed_checkpoint({"resume": str(last)}) == last
+    assert runpolicy.resumed_checkpoint({"model": str(last)}) is None  # a fresh run from weights
+    assert runpolicy.resumed_checkpoint({"resume": "auto", "model": str(last)}) is None
 
 
 # --- (3) private by default ----------------------------------------------------------------------
@@ -310,7 +310,7 @@ def _plan(tmp_path: Path, capsys: Any, *extra: str) -> tuple[int, list[str]]:
         (
             None,
             ["name=x", "MASTER_PORT=70000"],
-            "MASTER_PORT=70000 is too large; set it to an integer from 1",
+            "MASTER_PORT='70000': use a whole number between 1 and 65535",
         ),
     ],
     ids=[
@@ -362,7 +362,7 @@ def test_a_bad_share_group_is_one_line_in_a_dry_run(
 
 def test_master_port_bounds() -> None:
     for bad in ("0", "65536", "-1"):
-        with pytest.raises(RigError, match="set it to an integer from 1 to 65535"):
+        with pytest.raises(RigError, match=f"^MASTER_PORT='{bad}': use a whole number between 1 and 65535$"):
             nodes.node_spec({"MASTER_PORT": bad})
     assert nodes.node_spec({"MASTER_PORT": "65535"}).master_port == 65535
 

@@ -33,10 +33,9 @@ def test_docker_waits_longer_than_the_ranks_and_the_sessions() -> None:
     # The workstation: its sessions' jobs (a rig train among them), then its services.
     from rig.commands import serve
 
-    source = (REPO / "entrypoint/rig/commands/serve.py").read_text()
-    session = int(re.search(r'SESSION_GRACE_ENV, "(\d+)"', source).group(1))  # type: ignore[union-attr]
-    services = int(re.search(r'STOP_TIMEOUT_ENV, "(\d+)"', source).group(1))  # type: ignore[union-attr]
-    assert serve.STOP_TIMEOUT_ENV == "RIG_STOP_TIMEOUT"
+    session, services = serve.SESSION_GRACE.default, serve.STOP_TIMEOUT.default
+    assert session is not None and services is not None
+    assert (serve.SESSION_GRACE.name, serve.STOP_TIMEOUT.name) == ("RIG_SESSION_GRACE", "RIG_STOP_TIMEOUT")
     assert session >= ddp.STOP_GRACE_S + TEARDOWN_S
     assert grace > session + services
 

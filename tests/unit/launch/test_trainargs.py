@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from rig.errors import RigError
 from rig.launch import levers, trainargs
-from rig.spelling import Spelling
 from rig.yolo import tuning, ultra
 
 
@@ -41,59 +40,6 @@ def test_resume_false_in_any_spelling_is_no_resume(resume: str) -> None:
 )  # fmt: skip
 def test_the_task_is_ultralytics_guess_from_the_model_name(args: dict[str, str], task: str) -> None:
     assert trainargs.guess_task(args) == task
-
-
-@pytest.mark.parametrize(
-    ("batch", "world", "message"),
-    [
-        ("x", 2, "batch=x: not a number; give the total batch over all ranks"),
-        ("-1", 2, "batch=-1: AutoBatch works on one GPU only; give a total batch divisible by the 2 ranks"),
-        ("0.7", 4, "batch=0.7: AutoBatch works on one GPU only"),
-        ("16", 3, "batch=16: not divisible by the 3 ranks; use a multiple of 3, e.g. 15 or 18"),
-        ("2", 4, "batch=2: not divisible by the 4 ranks; use a multiple of 4, e.g. 4 or 8"),
-    ],
-)
-def test_a_batch_that_does_not_split_over_the_world_names_the_option(
-    batch: str, world: int, message: str
-) -> None:
-    with pytest.raises(RigError) as caught:
-        trainargs.check_batch({"batch": batch}, world)
-    assert str(caught.value) == caught.value.line() and str(caught.value).startswith(message)
-    # The option is spelled once, by whoever prints it: make's variable under `make train`.
-    assert caught.value.line(Spelling(from_make=True)).startswith(f"BATCH={batch}: ")
-    trainargs.check_batch({"batch": batch}, 1)  # one rank: Ultralytics' own rules (AutoBatch too)
-
-
-def test_a_good_batch_passes() -> None:
-    trainargs.check_batch({"batch": "48"}, 3)
-    trainargs.check_batch({}, 8)
-
-
-@pytest.mark.parametrize(
-    ("args", "world", "expected"),
-    [
-        ({}, 1, None),
-        ({}, 3, 48),  # Ultralytics alone: 16 // 3 = 5 per GPU, 15 in all
-        ({}, 24, 384),  # Ultralytics alone: 16 // 24 = 0, a crash
-        ({"batch": "64"}, 8, None),
-        ({"resume": "True"}, 8, None),
-    ],
-)
-def test_default_batch_is_per_gpu_times_the_world(
-    args: dict[str, str], world: int, expected: int | None
-) -> None:
-    got = trainargs.default_batch(args, world, 16)
-    assert (got and got[0]) == expected
-    if got:
-        assert f"16 per GPU x {world} GPUs" in got[1]
-    assert trainargs.with_batch(args, world, 16).get("batch") == (
-        str(expected) if expected else args.get("batch")
-    )
-
-
-def test_an_autobatch_default_under_ddp_asks_for_a_batch() -> None:
-    with pytest.raises(RigError, match=r"give a total batch for the 2 ranks, e\.g\. batch=32"):
-        trainargs.default_batch({}, 2, -1)
 
 
 def test_levers_take_rig_s_sync_bn_out_and_rect_off_under_ddp(caplog: pytest.LogCaptureFixture) -> None:

@@ -206,11 +206,13 @@ def test_loader_tuning_gets_the_local_ranks_and_the_global_world(
     tree: tuple[Path, str], execs: list[list[str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     seen: list[dict[str, Any]] = []
-    monkeypatch.setattr(tuning, "decide_for", lambda _resources, _dataset, **kw: seen.append(kw) or [])
+    monkeypatch.setattr(
+        tuning, "decide_for", lambda node, **kw: seen.append({**kw, "nranks": node.nranks}) or []
+    )
     for k, v in {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0", "RDZV_ID": "r1"}.items():
         monkeypatch.setenv(k, v)
     assert cli.main(_train(tree, "--gpus", "2", "--dry-run", "data=x.yaml", "model=m.yaml", "batch=8")) == 0
-    assert [(kw["nranks"], kw["world"]) for kw in seen] == [(2, 4)]  # /dev/shm per node, batch per world
+    assert [(kw["nranks"], kw["rank_batch"]) for kw in seen] == [(2, 2)]  # /dev/shm per node, batch per world
 
 
 @pytest.mark.parametrize("resume", ["False", "false", "none", ""])
@@ -343,7 +345,16 @@ def test_one_cpu_rank_on_one_node_is_the_trainer_alone(
     [
         (["--cpu-ranks", "0", "device=cpu"], {}, "--cpu-ranks 0: give the number of CPU ranks per node"),
         (["--cpu-ranks", "two", "device=cpu"], {}, "--cpu-ranks two: give the number of CPU ranks"),
-        (["device=cpu"], {"RIG_CPU_RANKS": "x"}, "RIG_CPU_RANKS='x': give the number of CPU ranks per node"),
+        (
+            ["device=cpu"],
+            {"RIG_CPU_RANKS": "x"},
+            "RIG_CPU_RANKS='x': use a whole number >= 1; the number of CPU",
+        ),
+        (
+            ["device=cpu"],
+            {"RIG_CPU_RANKS": "0"},
+            "RIG_CPU_RANKS='0': use a whole number >= 1; the number of CPU",
+        ),
         (["--cpu-ranks", "2"], {}, "--cpu-ranks 2: trains on the CPU but the run is on GPUs: add device=cpu"),
         (["--cpu-ranks", "2", "device=0,1"], {}, "--cpu-ranks 2: trains on the CPU but the run is on GPUs"),
         (["--cpu-ranks", "2", "--gpus", "2", "device=cpu"], {}, "--gpus 2: device=cpu is given too"),

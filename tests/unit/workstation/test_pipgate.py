@@ -68,7 +68,7 @@ def test_a_pinned_conflict_becomes_one_line_naming_the_pin() -> None:
     line = pipgate.pin_conflict(CONFLICT)
     assert line is not None and "\n" not in line
     assert line.startswith(
-        "pip: rigneedsnew 0.1 depends on numpy>=99 would replace the image's pinned numpy==1.26.4"
+        "rigneedsnew 0.1 depends on numpy>=99 would replace the image's pinned numpy==1.26.4"
     )
     assert "RIG_PIP_UNPINNED=1 pip install" in line
     assert pipgate.pin_conflict("ERROR: No matching distribution found for nothing-here\n") is None
@@ -114,7 +114,7 @@ def test_the_same_module_under_another_name_is_refused_naming_the_pin_and_the_ov
     line = pipgate.pin_conflict(SAME_MODULE, PINS)
     assert line is not None and "\n" not in line
     assert line.startswith(
-        "pip: ultralytics 8.4.100 (from /ul/ultralytics-8.4.100-py3-none-any.whl) would replace the "
+        "ultralytics 8.4.100 (from /ul/ultralytics-8.4.100-py3-none-any.whl) would replace the "
         "image's pinned ultralytics-opencv-headless==8.4.190 (/opt/venv/requirements.lock.txt): "
         "ultralytics installs the same module; keep the image's, or shadow it"
     ), line
@@ -122,7 +122,7 @@ def test_the_same_module_under_another_name_is_refused_naming_the_pin_and_the_ov
     needs = pipgate.pin_conflict(NEEDS_DESKTOP_OPENCV, PINS)
     assert needs is not None
     assert needs.startswith(
-        "pip: needscv 0.1 depends on opencv-python would replace the image's pinned "
+        "needscv 0.1 depends on opencv-python would replace the image's pinned "
         "opencv-python-headless==4.11.0.86"
     ), needs
     assert "keep the image's (`pip install --no-deps needscv` keeps it)" in needs

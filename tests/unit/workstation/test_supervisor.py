@@ -339,18 +339,21 @@ def test_stop_gives_up_on_a_job_after_the_session_grace(tmp_path: Path, records:
     [({}, 100, 10), ({"RIG_SESSION_GRACE": "0", "RIG_STOP_TIMEOUT": "2.5"}, 0, 2.5)],
 )
 def test_stop_durations(environ: dict[str, str], grace: float, timeout: float) -> None:
-    from rig.commands.serve import _seconds
+    from rig.commands.serve import SESSION_GRACE, STOP_TIMEOUT
 
-    assert _seconds(environ, "RIG_SESSION_GRACE", "100", 0, 3600) == grace
-    assert _seconds(environ, "RIG_STOP_TIMEOUT", "10", 1, 300) == timeout
+    assert SESSION_GRACE.read(environ) == grace
+    assert STOP_TIMEOUT.read(environ) == timeout
 
 
 @pytest.mark.parametrize("raw", ["-1", "abc", "3601", "nan", ""])
 def test_bad_session_grace_is_one_line(raw: str) -> None:
-    from rig.commands.serve import _seconds
+    from rig.commands.serve import SESSION_GRACE
 
-    with pytest.raises(RigError, match=rf"RIG_SESSION_GRACE='{raw}': use seconds between 0 and 3600;"):
-        _seconds({"RIG_SESSION_GRACE": raw}, "RIG_SESSION_GRACE", "90", 0, 3600)
+    with pytest.raises(
+        RigError,
+        match=rf"^RIG_SESSION_GRACE='{raw}': use seconds between 0 and 3600 \(default 100\); compose's",
+    ):
+        SESSION_GRACE.read({"RIG_SESSION_GRACE": raw})
 
 
 # ---- issue 26, item 4: any process name, scripts get TERM ---------------------------------------

@@ -31,8 +31,9 @@ def test_requested_ids(environ: dict[str, str], expected: users.Ids) -> None:
     [
         ({"RIG_UID": "0"}, "RIG_UID=0 would run SSH logins, Jupyter and training as root"),
         ({"RIG_UID": "1000", "RIG_GID": "0"}, "RIG_GID=0 would run"),
-        ({"RIG_UID": "bob"}, "RIG_UID='bob' is not a number"),
-        ({"RIG_UID": "-5"}, "RIG_UID='-5' is out of range"),
+        ({"RIG_UID": "bob"}, "RIG_UID='bob': use a whole number between 1 and 2147483646; your host id"),
+        ({"RIG_UID": "-5"}, "RIG_UID='-5': use a whole number between 1 and 2147483646"),
+        ({"RIG_UID": "1000", "RIG_GID": "x"}, "RIG_GID='x': use a whole number between 1 and 2147483646"),
     ],
 )
 def test_requested_ids_refuses(environ: dict[str, str], message: str) -> None:

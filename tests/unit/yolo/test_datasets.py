@@ -44,7 +44,8 @@ def _found_by_every_reader(data: str, datasets_dir: Path) -> dict[str, object]:
     """What tuning, the offline check and the doctor make of one data= (doctor: root = datasets' parent)."""
     root = datasets_dir.parent
     dataset = tuning.size_dataset(data, sys_root=root, datasets_dir=datasets_dir)
-    decisions = tuning.decide_for(tuning.read_resources(root), dataset, user_args={}, rank_cpus=1, nranks=1)
+    node = tuning.Node(tuning.read_resources(root), dataset, rank_cpus=1, nranks=1)
+    decisions = tuning.decide_for(node, user_args={}, rank_batch=16)
     cache = next(d.reason for d in decisions if d.key == "cache")
     facts = doctor_gather.gather_dataset(data, root, batch=16, imgsz=64, nranks=1, rank_cpus=1)
     return {

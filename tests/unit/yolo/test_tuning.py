@@ -6,8 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
+from rig.launch import batch
 from rig.yolo.tuning import (
     Decision,
+    Node,
     Resources,
     classify_full_size,
     decide,
@@ -43,6 +45,7 @@ def values(decisions: list[Decision]) -> dict[str, str]:
 )
 def test_workers_from_cpus_and_shm(rank_cpus: int, nranks: int, shm: int, expected_workers: str) -> None:
     got = decide(
+        rank_batch=batch.share(16, nranks).per_rank,  # one node: its ranks share 16
         user_args={},
         train_images=100,
         resources=Resources(mem_available=64 * GIB, shm_free=shm),
@@ -67,18 +70,19 @@ def test_workers_follow_the_global_world_size(
     nranks: int, world: int | None, shm: int, expected_workers: str
 ) -> None:
     got = decide(
+        rank_batch=batch.share(16, world or nranks).per_rank,  # rig.launch.batch: each rank's share
         user_args={},
         train_images=100,
         resources=Resources(mem_available=64 * GIB, shm_free=shm),
         rank_cpus=8,
         nranks=nranks,
-        world=world,
     )
     assert values(got)["workers"] == expected_workers
 
 
 def test_workers_zero_says_how_big_shm_must_be() -> None:
     (w, _) = decide(
+        rank_batch=16,
         user_args={},
         train_images=100,
         resources=Resources(mem_available=64 * GIB, shm_free=64 * MIB),
@@ -107,7 +111,12 @@ def test_cache_from_ram(images: int | None, imgsz: str, nranks: int, mem: int, e
     need = 2 * nranks * (images or 0) * 3 * int(imgsz) ** 2
     got = values(
         decide(
-            user_args={"imgsz": imgsz}, train_images=images, resources=resources, rank_cpus=2, nranks=nranks
+            rank_batch=16,
+            user_args={"imgsz": imgsz},
+            train_images=images,
+            resources=resources,
+            rank_cpus=2,
+            nranks=nranks,
         )
     )
     if images is not None:  # the table row must agree with the arithmetic it documents
@@ -139,7 +148,9 @@ def test_cache_with_the_node_image_cache(
     resources = Resources(mem_available=mem, shm_free=0, node_cache_free=node_free)
     (cache,) = [
         d
-        for d in decide(user_args={}, train_images=images, resources=resources, rank_cpus=2, nranks=nranks)
+        for d in decide(
+            rank_batch=16, user_args={}, train_images=images, resources=resources, rank_cpus=2, nranks=nranks
+        )
         if d.key == "cache"
     ]
     assert cache.value == expected_cache
@@ -148,7 +159,7 @@ def test_cache_with_the_node_image_cache(
 
 def test_shm_in_use_counts_against_ram() -> None:
     # 1000 images at 640 px need 2.3 GiB with margin; 8 workers' batches in shm take 1.8 GiB.
-    args = dict(user_args={}, train_images=1000, rank_cpus=8, nranks=1)
+    args = dict(rank_batch=16, user_args={}, train_images=1000, rank_cpus=8, nranks=1)
     fits = decide(resources=Resources(mem_available=5 * GIB, shm_free=8 * GIB), **args)  # type: ignore[arg-type]
     tight = decide(resources=Resources(mem_available=4 * GIB, shm_free=8 * GIB), **args)  # type: ignore[arg-type]
     assert values(fits)["cache"] == "ram"
@@ -158,6 +169,7 @@ def test_shm_in_use_counts_against_ram() -> None:
 
 def test_user_arguments_win() -> None:
     got = decide(
+        rank_batch=16,
         user_args={"workers": "3", "cache": "disk"},
         train_images=10,
         resources=Resources(mem_available=64 * GIB, shm_free=64 * GIB),
@@ -169,6 +181,7 @@ def test_user_arguments_win() -> None:
 
 def test_user_workers_size_the_shm_for_cache() -> None:
     got = decide(
+        rank_batch=16,
         user_args={"workers": "4"},
         train_images=10,
         resources=Resources(mem_available=64 * GIB, shm_free=64 * GIB),
@@ -180,8 +193,11 @@ def test_user_workers_size_the_shm_for_cache() -> None:
 
 def test_autobatch_sizes_shm_for_a_large_batch() -> None:
     res = Resources(mem_available=64 * GIB, shm_free=12 * BATCH_640 * 4)  # four workers at batch 16
-    small = values(decide(user_args={}, train_images=1, resources=res, rank_cpus=16, nranks=1))
-    auto = values(decide(user_args={"batch": "-1"}, train_images=1, resources=res, rank_cpus=16, nranks=1))
+    small = values(decide(rank_batch=16, user_args={}, train_images=1, resources=res, rank_cpus=16, nranks=1))
+    rank_batch = batch.share(-1, 1).per_rank  # AutoBatch (rig.launch.batch)
+    auto = values(
+        decide(rank_batch=rank_batch, user_args={}, train_images=1, resources=res, rank_cpus=16, nranks=1)
+    )
     assert small["workers"] == "4"
     assert auto["workers"] == "1"
 
@@ -190,6 +206,7 @@ def test_every_reason_is_one_line() -> None:
     for shm in (0, 64 * MIB, 64 * GIB):
         for images in (None, 5, 10**7):
             for d in decide(
+                rank_batch=8,
                 user_args={},
                 train_images=images,
                 resources=Resources(mem_available=8 * GIB, shm_free=shm),
@@ -259,9 +276,8 @@ def test_cgroup_v1_limit_turns_the_cache_off(tmp_path: Path) -> None:
     # 800 images at 640 px are 0.9 GiB even as one node-wide copy: over a 1 GiB container's headroom.
     root = fake_cgroup_v1(fake_root(tmp_path / "root", 16 * 1024 * 1024), GIB, 256 * MIB)
     data = make_dataset(tmp_path / "ds", 800)
-    got = decide_for(
-        read_resources(root), size_dataset(str(data), sys_root=root), user_args={}, rank_cpus=1, nranks=1
-    )
+    node = Node(read_resources(root), size_dataset(str(data), sys_root=root), rank_cpus=1, nranks=1)
+    got = decide_for(node, user_args={}, rank_batch=16)
     cache = next(d for d in got if d.key == "cache")
     assert cache.value == "False" and "exceeds" in cache.reason, cache
 
@@ -286,6 +302,7 @@ def test_classify_sized_at_full_resolution(tmp_path: Path) -> None:
 def test_classify_cache_decision(mem: int, expected: str) -> None:
     # 100 images of 12 MP are 3.4 GiB decoded, 6.7 GiB with the margin, whatever imgsz says.
     got = decide(
+        rank_batch=16,
         user_args={"imgsz": "64"},
         train_images=100,
         resources=Resources(mem_available=mem, shm_free=0, node_cache_free=500 * GIB),
@@ -322,6 +339,6 @@ def test_discover_then_decide_end_to_end(tmp_path: Path) -> None:
     root = fake_root(tmp_path / "root", 16 * 1024 * 1024)
     data = make_dataset(tmp_path / "ds", 5)
     resources, dataset = read_resources(root), size_dataset(str(data), sys_root=root)
-    got = values(decide_for(resources, dataset, user_args={}, rank_cpus=2, nranks=1))
+    got = values(decide_for(Node(resources, dataset, rank_cpus=2, nranks=1), user_args={}, rank_batch=16))
     assert got["cache"] == "ram"
     assert got["workers"] in {"0", "1", "2"}  # capped by the host filesystem's free space under tmp_path

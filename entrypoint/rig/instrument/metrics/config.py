@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rig import flags, safefs
+from rig import envnumbers, flags, safefs
 from rig.errors import RigError
 
 ADDR_ENV = "RIG_METRICS_ADDR"
@@ -21,6 +21,14 @@ DIR_ENV = "RIG_METRICS_DIR"  # the same directory, set only by a server that is 
 # A file holding the bearer token every request must send (rig.instrument.metrics.access); unset: the
 # server answers this host only.
 TOKEN_FILE_ENV = "RIG_METRICS_TOKEN_FILE"
+PORT = envnumbers.Number(
+    PORT_ENV,
+    low=0,
+    high=65535,
+    default=DEFAULT_PORT,
+    whole=True,
+    hint="the TCP port of the node's /metrics, 0 to serve none",
+)
 MIN_TOKEN_CHARS = 16  # as the Jupyter token
 _MAX_TOKEN_FILE = 4096
 
@@ -37,16 +45,7 @@ class Endpoint:
 
 def endpoint(environ: Mapping[str, str]) -> Endpoint | None:
     """Where the node serves /metrics; None for RIG_METRICS_PORT=0. RigError for a port that is none."""
-    raw = environ.get(PORT_ENV, "").strip()
-    if not raw:
-        port = DEFAULT_PORT
-    elif raw.isdigit() and int(raw) <= 65535:
-        port = int(raw)
-    else:
-        raise RigError(
-            f"{PORT_ENV}={raw!r} is not a TCP port; use 1-65535 (default {DEFAULT_PORT}), "
-            "or 0 to serve no metrics"
-        )
+    port = PORT.read_int(environ)
     if port == 0:
         return None
     return Endpoint(environ.get(ADDR_ENV, "").strip() or DEFAULT_ADDR, port)

@@ -15,8 +15,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rig.hardware.nvml import Nvml
+from rig import log
+from rig.errors import RigError
+from rig.hardware.nvml import Nvml, describe_error
 from rig.instrument import telemetry
+from rig.instrument.failures import Failures
+
+LOG = log.get("metrics")
 
 # (name, help as dcgm-exporter writes it, the Nvml.read() field or "fb_free_mib")
 DCGM_GAUGES: tuple[tuple[str, str, str], ...] = (
@@ -96,11 +101,12 @@ class GpuCollector:
         self._gpus = list(gpus)  # (NVML index, run number, labels)
         self._lock = threading.Lock()
         self._gpm_last: dict[int, Any] = {}
+        self.failures = Failures("GPU sampling", LOG, "those series are left out, the run goes on")
         for index, _, _ in self._gpus:
             if nvml.gpm_supported(index):
                 try:
                     self._gpm_last[index] = nvml.gpm_sample(index)
-                except Exception:  # GPM listed but not usable here (a container without the capability)
+                except nvml.error:  # GPM listed but not usable here (a container without the capability)
                     continue
 
     @property
@@ -119,11 +125,12 @@ class GpuCollector:
             for number, info in chosen:
                 try:
                     minor: int | None = nvml.minor_number(info.index)
-                except Exception:
+                except nvml.error:  # NotSupported (WSL, some vGPUs): the run's number names it
                     minor = None
                 labels = labels_for(number, info.uuid, nvml.pci_bus_id(info.index), minor, info.name, environ)
                 gpus.append((info.index, number, labels))
-        except Exception:  # a CUDA_VISIBLE_DEVICES NVML cannot match, a GPU lost: no GPU series
+        except (RigError, nvml.error) as e:  # a CUDA_VISIBLE_DEVICES NVML cannot match, a GPU lost
+            LOG.info("no GPU series on /metrics (%s); the run goes on", describe_error(e))
             gpus = []
         if not gpus:
             nvml.close()
@@ -133,28 +140,33 @@ class GpuCollector:
     def readings(self) -> list[GpuReading]:
         with self._lock:
             out = []
-            for index, _, labels in self._gpus:
-                values, _ = self._nvml.read(index)
+            for index, number, labels in self._gpus:
+                values, errors = self._nvml.read(index)
+                if errors:
+                    self.failures.add(f"NVML error on GPU {number} ({'; '.join(errors)})")
                 try:
                     values["fb_free_mib"] = self._nvml.fb_free_mib(index)
-                except Exception:
+                except self._nvml.error as e:
+                    self.failures.add(f"NVML error on GPU {number} (fb_free_mib: {describe_error(e)})")
                     values["fb_free_mib"] = None
-                out.append(GpuReading(labels, values, self._gpm(index)))
+                out.append(GpuReading(labels, values, self._gpm(index, number)))
             return out
 
-    def _gpm(self, index: int) -> dict[int, float]:
+    def _gpm(self, index: int, number: int) -> dict[int, float]:
         last = self._gpm_last.pop(index, None)
         if last is None:
             return {}
         try:
             now = self._nvml.gpm_sample(index)
-        except Exception:
+        except self._nvml.error as e:
+            self.failures.add(f"NVML error on GPU {number} (GPM sample: {describe_error(e)})")
             self._nvml.gpm_free(last)
             return {}
         self._gpm_last[index] = now
         try:
             return self._nvml.gpm_metrics(last, now, [metric_id for _, _, metric_id in GPM_GAUGES])
-        except Exception:
+        except self._nvml.error as e:
+            self.failures.add(f"NVML error on GPU {number} (GPM metrics: {describe_error(e)})")
             return {}
         finally:
             self._nvml.gpm_free(last)
@@ -162,7 +174,8 @@ class GpuCollector:
     def collect(self) -> Iterator[Any]:
         try:
             readings = self.readings()
-        except Exception:  # a GPU fell off the bus mid-run: this scrape has no GPU series
+        except self._nvml.error as e:  # a GPU fell off the bus mid-run: this scrape has no GPU series
+            self.failures.add(f"NVML error ({describe_error(e)})")
             return
         yield from families(readings)
 
@@ -172,3 +185,4 @@ class GpuCollector:
                 self._nvml.gpm_free(sample)
             self._gpm_last.clear()
             self._nvml.close()
+        self.failures.report()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rig import log, versions
+from rig import log, rankenv, versions
 from rig.instrument.metrics import config
 from rig.instrument.metrics.node import serve_node
 from rig.yolo import contract, ultra
@@ -271,7 +271,7 @@ def attach(model: Any, environ: MutableMapping[str, str] | None = None) -> Publi
     serve_node(env, launcher=False)  # before prometheus-client is imported: it reads the directory once
     if config.publish_dir(env) is None:
         return None
-    publisher = Publisher(int(env.get("RANK", "0")), env)
+    publisher = Publisher(rankenv.rank(env), env)
     for event, callback in publisher.callbacks().items():
         model.add_callback(event, callback)
     return publisher

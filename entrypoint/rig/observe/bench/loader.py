@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from rig import log
+from rig.launch import batch as launch_batch
 from rig.observe.bench import tail
 from rig.observe.bench.results import BenchOptions, LoaderResult, Plan
-from rig.yolo import contract, device_augment, overlay, tuning, ultra
-from rig.yolo.nodecache import cached_dataset
+from rig.yolo import augment, contract, overlay, tuning, ultra
 
 _logger = log.get("bench")
 LOADER_KEYS = ("cache", "workers")
@@ -35,13 +35,14 @@ def settings(
     defaults = {"cache": cfg["cache"], "workers": cfg["workers"]}  # LOADER_KEYS
     stock: dict[str, Any] = {k: upstream.get(k, defaults[k]) for k in LOADER_KEYS}
     ours: dict[str, Any] = {k: ours_static.get(k, defaults[k]) for k in LOADER_KEYS}
-    user: dict[str, str] = {"imgsz": str(opts.imgsz), "batch": str(batch)}
+    user: dict[str, str] = {"imgsz": str(opts.imgsz)}
     if opts.workers is not None:
         user["workers"] = str(opts.workers)
         ours["workers"] = opts.workers
     reasons = []
     for d in tuning.decide(
         user_args=user,
+        rank_batch=launch_batch.share(batch, 1).per_rank,
         train_images=train_images,
         resources=tuning.read_resources(),
         rank_cpus=len(os.sched_getaffinity(0)),
@@ -61,8 +62,7 @@ def dataset(
     t0 = time.perf_counter()
     with contextlib.ExitStack() as hooks:
         if ours:
-            hooks.enter_context(cached_dataset.in_use(cfg))
-            hooks.enter_context(device_augment.in_use("train"))
+            hooks.enter_context(augment.building(cfg, "train", exact=False, guards=False))
         ds = ultra.build_yolo_dataset(cfg, data["train"], batch, data, mode="train", stride=32)
     return ds, time.perf_counter() - t0
 

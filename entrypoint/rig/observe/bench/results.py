@@ -72,7 +72,7 @@ class LoaderResult:
     ours: dict[str, Any]
     ours_reasons: list[str]
     ours_dataset_build_s: float
-    # What ours leaves to the device (rig.yolo.device_augment), timed there per image and charged to the
+    # What ours leaves to the device (rig.yolo.augment.device), timed there per image and charged to the
     # step; None with RIG_DEVICE_AUGMENT=0.
     device_tail_ms_per_image: float | None = None
     ours_with_tail_img_s: float | None = None  # the loader and the tail one after the other

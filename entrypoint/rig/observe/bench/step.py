@@ -41,7 +41,7 @@ from typing import Any
 from rig import log
 from rig.launch import steplevers
 from rig.observe.bench.results import BF16, BenchOptions, LeverStep, Plan, StepResult, rate
-from rig.yolo import device_augment, optkernels, ultra
+from rig.yolo import augment, optkernels, ultra
 
 _logger = log.get("bench")
 Chooser = Callable[[Sequence[LeverStep], float], tuple[str, ...]]
@@ -137,7 +137,7 @@ class _Steps:
         self.nc = len(data["names"])
         self.batches = []
         for raw in raw_batches:
-            b = device_augment.finish(dict(raw), device)  # ours leaves the pixel work to the device
+            b = augment.finish(dict(raw), device)  # ours leaves the pixel work to the device
             b = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()}
             b["img"] = b["img"].float() / 255
             self.batches.append(b)

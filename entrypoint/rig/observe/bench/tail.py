@@ -1,10 +1,10 @@
-"""The device tail: the work ours' loader leaves to the training device (rig.yolo.device_augment),
+"""The device tail: the work ours' loader leaves to the training device (rig.yolo.augment.device),
 timed on one real batch of ours, per part and whole.
 
-PARTS lists the tail's parts in the order `device_augment.finish` runs them; each takes the batch as the
+PARTS lists the tail's parts in the order `device.finish` runs them; each takes the batch as the
 parts before it left it and returns it as the next part gets it. A new part (geometry before the
 colour, say) is one more TailPart here, and the table and JSON (loader.device_tail_parts) show it.
-The whole tail is always `device_augment.finish` itself, so the sum of the parts can be checked
+The whole tail is always `device.finish` itself, so the sum of the parts can be checked
 against it, and the step is charged the whole.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rig.yolo import device_augment
+from rig.yolo.augment import device as augment_device
 
 REPEATS = 5
 
@@ -29,11 +29,11 @@ class TailPart:
 
 
 def _geometry(batch: dict[str, Any], device: Any) -> dict[str, Any]:
-    return device_augment.finish_geometry(batch, device)
+    return augment_device.finish_geometry(batch, device)
 
 
 def _colour_and_layout(batch: dict[str, Any], device: Any) -> dict[str, Any]:
-    return device_augment.finish_colour(batch, device)
+    return augment_device.finish_colour(batch, device)
 
 
 PARTS: tuple[TailPart, ...] = (
@@ -45,7 +45,7 @@ PARTS: tuple[TailPart, ...] = (
 def images_in(batch: dict[str, Any]) -> int:
     """The images a batch of ours holds (what the loader's and the tail's rates count). The one place the
     bench reads it: a batch whose geometry is finished on the device hands over tiles, not images."""
-    return device_augment.images_in(batch)
+    return augment_device.images_in(batch)
 
 
 def _copy(batch: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def _timed(fn: Callable[[dict[str, Any], Any], dict[str, Any]], batch: dict[str,
 def ms_per_image(batch: dict[str, Any], device: Any) -> tuple[float | None, dict[str, float]]:
     """(the whole tail, each part) in ms per image; (None, {}) when the workers finished the batch
     (RIG_DEVICE_AUGMENT=0, or a pipeline ours does not change)."""
-    if device_augment.KEY not in batch:
+    if augment_device.KEY not in batch:
         return None, {}
     images = images_in(batch)
     parts: dict[str, float] = {}
@@ -84,5 +84,5 @@ def ms_per_image(batch: dict[str, Any], device: Any) -> tuple[float | None, dict
         for part in PARTS:
             parts[part.name] = 1000 * _timed(part.run, current, device) / images
             current = part.run(_copy(current), device)
-    whole = 1000 * _timed(lambda b, d: device_augment.finish(b, d), batch, device) / images
+    whole = 1000 * _timed(lambda b, d: augment_device.finish(b, d), batch, device) / images
     return whole, parts or {PARTS[0].name: whole}

@@ -26,8 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rig import log, safefs
-from rig.errors import RigError
+from rig import envnumbers, log, safefs
 
 STALL_ENV = "RIG_CACHE_LOCK_STALL_S"
 DEFAULT_STALL_S = 60.0
@@ -45,21 +44,18 @@ class Refused(Exception):
     """What is at a path is not a regular file of this user's; the message says what it is."""
 
 
+STALL = envnumbers.Number(
+    STALL_ENV,
+    low=0,
+    default=DEFAULT_STALL_S,
+    unit="seconds",
+    hint="how long a wait for another process's image cache build may go on while that build does not grow",
+)
+
+
 def stall_s(environ: Mapping[str, str]) -> float:
     """RIG_CACHE_LOCK_STALL_S: seconds a wait goes on without the holder's build growing."""
-    raw = environ.get(STALL_ENV, "").strip()
-    if not raw:
-        return DEFAULT_STALL_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise RigError(
-            f"{STALL_ENV}={raw!r}: give the seconds a wait for another process's image cache build may "
-            f"go on while that build does not grow, a number >= 0 (default {DEFAULT_STALL_S:g})"
-        )
-    return value
+    return STALL.read(environ)
 
 
 def open_own(path: Path, flags: int = os.O_RDONLY) -> int:

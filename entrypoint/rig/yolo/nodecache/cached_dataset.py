@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from rig import log
+from rig import log, rankenv
 from rig.hardware import topology
 from rig.yolo import contract, ultra, ultracheck
 from rig.yolo.nodecache import imagecache
@@ -86,7 +86,7 @@ def estimate(ds: contract.Dataset) -> int:
 
 def ranks_on_node() -> int:
     """The ranks of this node (torchrun's LOCAL_WORLD_SIZE); 1 outside torchrun."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return rankenv.local_world_size(os.environ)
 
 
 def _warn_once(why: str, ranks: int) -> None:

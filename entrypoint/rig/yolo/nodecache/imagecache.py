@@ -63,8 +63,7 @@ from multiprocessing.pool import ThreadPool
 from pathlib import Path
 from typing import Any
 
-from rig import flags, log, paths, safefs
-from rig.errors import RigError
+from rig import envnumbers, flags, log, paths, safefs
 from rig.hardware import topology
 from rig.yolo.nodecache import buildlock
 
@@ -114,29 +113,31 @@ def cache_dir(environ: Mapping[str, str], euid: int | None = None) -> Path:
     return base / SUBDIR
 
 
+MAX_GB = envnumbers.Number(
+    "RIG_CACHE_MAX_GB",
+    low=0,
+    default=None,
+    unit="GiB",
+    hint="the node image cache's size limit (e.g. 20 or 0.5); unset it for half the cache's file system",
+)
+MAX_AGE_DAYS = envnumbers.Number(
+    "RIG_CACHE_MAX_AGE_DAYS",
+    low=0,
+    default=DEFAULT_MAX_AGE_DAYS,
+    unit="days",
+    hint="how long a cached dataset nobody used is kept; 0 removes every one not in use",
+)
+
+
 def max_bytes(environ: Mapping[str, str], fs_total: int) -> int:
     """RIG_CACHE_MAX_GB (GiB, fractions too: 0.5), else DEFAULT_MAX_FRACTION of the cache's file system."""
-    raw = environ.get("RIG_CACHE_MAX_GB", "").strip()
-    if not raw:
+    if not environ.get(MAX_GB.name, "").strip():
         return int(fs_total * DEFAULT_MAX_FRACTION)
-    try:
-        gib = float(raw)
-    except ValueError:
-        gib = math.nan
-    if not (math.isfinite(gib) and gib >= 0):
-        raise RigError(
-            f"RIG_CACHE_MAX_GB={raw!r}: give the node image cache's size limit in GiB, a number >= 0 "
-            "(e.g. 20 or 0.5), or unset it for half the cache's file system"
-        )
-    return int(gib * GIB)
+    return int(MAX_GB.read(environ) * GIB)
 
 
 def max_age_s(environ: Mapping[str, str]) -> float:
-    raw = environ.get("RIG_CACHE_MAX_AGE_DAYS", "").strip()
-    try:
-        return float(raw) * 86400 if raw else DEFAULT_MAX_AGE_DAYS * 86400
-    except ValueError:
-        return DEFAULT_MAX_AGE_DAYS * 86400
+    return MAX_AGE_DAYS.read(environ) * 86400
 
 
 @dataclass(frozen=True)

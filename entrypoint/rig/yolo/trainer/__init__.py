@@ -41,8 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from rig import log
 from rig.errors import RigError
-from rig.yolo import contract, device_augment, draws, optkernels, resumable, trainloader, ultra
-from rig.yolo.nodecache import cached_dataset
+from rig.yolo import augment, contract, draws, optkernels, resumable, trainloader, ultra
 from rig.yolo.trainer import accumulation, loaders, resume, saves, stops, validation
 from rig.yolo.trainer.validation import ValidationStopped
 
@@ -146,17 +145,11 @@ class RigTrainer(_Base):
 
     # ---- datasets and loaders --------------------------------------------------------------------
     def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:
-        # cache=ram: one decoded copy per node, mapped by every rank (rig.yolo.nodecache.cached_dataset).
-        # Training: the augmentation's pixels left to preprocess_batch, on the device
-        # (rig.yolo.device_augment); each sample's draws seeded from its epoch and index
-        # (rig.yolo.draws). A FIFO among the images is a corrupt image, not a hang
-        # (rig.yolo.ultra.screened_files). Each only where the installed Ultralytics has its names.
-        with (
-            cached_dataset.in_use(self.args),
-            device_augment.in_use(mode),
-            draws.in_use(mode, self.rig_exact),
-            ultra.screened_files(self.rig_rank.feature_on(contract.DATA_GUARDS)),
-        ):
+        # rig's dataset wrappers, in their order (rig.yolo.augment.building): the node image cache,
+        # the augmentation's pixels left to preprocess_batch, each sample's draws seeded from its
+        # epoch and index, the file screen.
+        guards = self.rig_rank.feature_on(contract.DATA_GUARDS)
+        with augment.building(self.args, mode, exact=self.rig_exact, guards=guards):
             return super().build_dataset(img_path, mode, batch)
 
     def get_dataloader(
@@ -169,7 +162,7 @@ class RigTrainer(_Base):
             return super().get_dataloader(dataset_path, batch_size, rank, mode)
 
     def preprocess_batch(self, batch: dict[str, Any]) -> Any:
-        return super().preprocess_batch(device_augment.finish(batch, self.device))
+        return super().preprocess_batch(augment.finish(batch, self.device))
 
     # ---- model --------------------------------------------------------------------------------------
     def set_model_attributes(self) -> None:

@@ -25,7 +25,9 @@ def test_endpoint_from_the_environment(env: dict[str, str], expected: config.End
 @pytest.mark.parametrize("raw", ["abc", "-1", "65536", "9464.0", "0x10"])
 def test_a_port_that_is_none_is_one_line(raw: str) -> None:
     with pytest.raises(
-        RigError, match=rf"RIG_METRICS_PORT='{raw}' is not a TCP port; use 1-65535.*0 to serve"
+        RigError,
+        match=rf"^RIG_METRICS_PORT='{raw}': use a whole number between 0 and 65535 \(default 9464\); .*"
+        "0 to serve none$",
     ):
         config.endpoint({"RIG_METRICS_PORT": raw})
 

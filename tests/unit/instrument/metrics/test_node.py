@@ -129,8 +129,8 @@ def test_rig_train_with_a_bad_port_is_one_line(
     monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("launched"))
     assert cli.main(["train", "device=cpu", "data=x.yaml", "model=m.yaml", f"project={tmp_path}"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["ERROR rig: RIG_METRICS_PORT='99999' is not a TCP port; use 1-65535 (default 9464), "
-                   "or 0 to serve no metrics"]  # fmt: skip
+    assert err == ["ERROR rig: RIG_METRICS_PORT='99999': use a whole number between 0 and 65535 "
+                   "(default 9464); the TCP port of the node's /metrics, 0 to serve none"]  # fmt: skip
     assert not list(tmp_path.iterdir())
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 from rig.instrument.metrics import training
 
@@ -28,3 +32,19 @@ def test_progress_and_eta(
 def test_the_last_batch_of_a_shard_counts_what_is_left() -> None:
     assert [training.images_in_batch(4, 10, seen) for seen in (0, 4, 8)] == [4, 4, 2]
     assert training.images_in_batch(4, None, 8) == 4
+
+
+def test_a_callback_that_raises_is_one_line_then_quiet(caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[int] = []
+
+    def on_train_batch_end(trainer: Any) -> None:
+        calls.append(1)
+        raise ValueError("a gauge went wrong")
+
+    guarded = training._guarded(on_train_batch_end)
+    trainer: Any = SimpleNamespace()
+    with caplog.at_level(logging.INFO, logger="rig.metrics"):
+        for _ in range(3):
+            guarded(trainer)  # the run goes on: nothing raised
+    assert calls == [1]
+    assert caplog.messages == ["on_train_batch_end failed (ValueError: a gauge went wrong); the run goes on"]

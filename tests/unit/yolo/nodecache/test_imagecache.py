@@ -255,9 +255,27 @@ def test_budget(environ: dict[str, str], expected: int) -> None:
 @pytest.mark.parametrize("bad", ["x", "-1", "nan", "inf", "1,5"])
 def test_a_bad_budget_is_one_line(bad: str) -> None:
     with pytest.raises(
-        RigError, match=rf"RIG_CACHE_MAX_GB='{bad}': give .* in GiB, a number >= 0 \(e.g. 20 or 0.5\)"
+        RigError,
+        match=rf"^RIG_CACHE_MAX_GB='{bad}': use a number of GiB >= 0; the node .* \(e\.g\. 20 or 0\.5\)",
     ):
         imagecache.max_bytes({"RIG_CACHE_MAX_GB": bad}, 100 * GIB)
+
+
+@pytest.mark.parametrize(
+    ("environ", "days"),
+    [({}, 30.0), ({"RIG_CACHE_MAX_AGE_DAYS": "0"}, 0.0), ({"RIG_CACHE_MAX_AGE_DAYS": "1.5"}, 1.5)],
+)
+def test_max_age(environ: dict[str, str], days: float) -> None:
+    assert imagecache.max_age_s(environ) == days * 86400
+
+
+@pytest.mark.parametrize("bad", ["x", "-1", "nan", "inf", "1,5"])
+def test_a_bad_max_age_is_one_line_not_the_default(bad: str) -> None:
+    with pytest.raises(
+        RigError,
+        match=rf"^RIG_CACHE_MAX_AGE_DAYS='{bad}': use a number of days >= 0 \(default 30\); how long",
+    ):
+        imagecache.max_age_s({"RIG_CACHE_MAX_AGE_DAYS": bad})
 
 
 def test_a_file_in_use_is_never_pruned(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""rig.yolo.warp_job's window: every canvas pixel OpenCV's warp reads lies in it (the device renders
+"""rig.yolo.augment.warp_job's window: every canvas pixel OpenCV's warp reads lies in it (the device renders
 only the window, so a pixel outside it would come out as the border). The pixel equality itself runs
 in the image (tests/image/test_device_augment.py); here the positions are OpenCV's integer
-arithmetic written out in Python, as rig.yolo.warp_device computes them."""
+arithmetic written out in Python, as rig.yolo.augment.warp computes them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import random
 
 import pytest
-from rig.yolo import warp_job
+from rig.yolo.augment import warp_job
 
 
 def affine_inverse(

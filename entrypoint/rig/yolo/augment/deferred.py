@@ -5,7 +5,7 @@
 Each class subclasses Ultralytics' own and changes only `apply_image`: `get_params` (every random
 draw, in Ultralytics' order) and `apply_instances` (boxes, segments, keypoints, the candidate filter,
 the clipping) are Ultralytics' code, run as they are, so the labels are theirs for the same draws.
-- DeferredMosaic: the layout as drawn; the canvas stays tiles (rig.yolo.warp_job.WarpJob).
+- DeferredMosaic: the layout as drawn; the canvas stays tiles (rig.yolo.augment.warp_job.WarpJob).
 - DeferredPerspective: the matrix as drawn; the warp is recorded on the job (the loaded image's own
   job without mosaic), which keeps only the part of the canvas the warp reads.
 - DeferredFlip: RandomFlip's coin as drawn; a job records the reversal.
@@ -26,9 +26,9 @@ import random
 from typing import TYPE_CHECKING, Any, cast
 
 from rig.yolo import contract, ultra
-from rig.yolo.warp_job import Tile, WarpJob
+from rig.yolo.augment.warp_job import Tile, WarpJob
 
-KEY = "rig_device_tail"  # per image: rig.yolo.hsv_device.PARAMS
+KEY = "rig_device_tail"  # per image: rig.yolo.augment.colour.PARAMS
 _GAINS = "rig_hsv_gains"  # RandomHSV -> Format, inside one sample's transforms
 NAMES = ("DeferredMosaic", "DeferredPerspective", "DeferredFlip", "DeferredHSV", "DeferredFormat")
 

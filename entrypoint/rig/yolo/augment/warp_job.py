@@ -8,7 +8,7 @@ before it exists: its tiles (views of the loaded images, nothing copied; a 2x2 m
 quadrants never overlap), the matrix Ultralytics drew and the output size. Once the matrix is
 known the job keeps only the part of the canvas the warp can read (the window: the output's corners
 mapped back, plus a margin), so a worker copies about the output's own size, once, into the batch
-(`pack`). RandomFlip's reversals are recorded, not done. rig.yolo.warp_device renders a packed
+(`pack`). RandomFlip's reversals are recorded, not done. rig.yolo.augment.warp renders a packed
 batch on the training device.
 
 numpy, OpenCV and torch are imported by the functions: `rig` stays importable without them.

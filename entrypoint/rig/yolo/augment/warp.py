@@ -1,4 +1,5 @@
-"""Mosaic's canvas and RandomPerspective's warp for a packed batch (rig.yolo.warp_job), on any device.
+"""Mosaic's canvas and RandomPerspective's warp for a packed batch (rig.yolo.augment.warp_job), on any
+device.
 
 The torch kernels compute what OpenCV 4.11's `warpAffine`/`warpPerspective` compute for 8-bit
 images with INTER_LINEAR and a constant border, in the same arithmetic, so the pixels are the same:
@@ -21,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rig.yolo import warp_job as wj
+from rig.yolo.augment import warp_job as wj
 
 INTER_BITS, AB_SCALE = 5, 1 << 10  # OpenCV's imgwarp.cpp: 1/32 pixel, coordinates in 1/1024
 TAB = 1 << INTER_BITS

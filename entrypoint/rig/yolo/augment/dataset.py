@@ -1,22 +1,20 @@
 # mypy: disable-error-code="safe-super"
 # (DeviceAugmented's base is contract.Dataset, a Protocol, for the type check only.)
-"""Training loader workers draw the augmentation; its pixel work runs batched on the training device.
+"""The train dataset whose transforms leave their pixel work to the training device (the pipeline:
+rig.yolo.augment).
 
 Ultralytics' training pipeline (v8_transforms, then Format) spends a worker's time, per image, on
 Mosaic's canvas (np.full and four copies), RandomPerspective's warpAffine (~3 ms at 640 px),
 RandomHSV (BGR -> HSV, three lookup tables, back: ~3 ms) and Format's BGR -> RGB flip into CHW
 (~1.4 ms). Here a train dataset's transforms keep every step and every random draw as they are
-(rig.yolo.deferred_steps: Ultralytics' own get_params and apply_instances, so the labels, the
+(rig.yolo.augment.deferred: Ultralytics' own get_params and apply_instances, so the labels, the
 candidate filter and the clipping are theirs), and hand over instead of pixels:
 - the geometry, where the recipe is v8_transforms' own (Mosaic, RandomPerspective, RandomFlip, and
   mixup, cutmix, copy_paste and Albumentations inactive, as by default): the tiles of the canvas
-  the warp reads and the matrix (rig.yolo.warp_job), packed per batch by the dataset's collate;
+  the warp reads and the matrix (rig.yolo.augment.warp_job), packed per batch by the dataset's collate;
 - otherwise the image after the geometric steps, HWC uint8 BGR;
 - one row of colour and layout parameters (HSV gains, Format's BGR -> RGB coin, the flips).
-The trainer's `preprocess_batch` calls `finish`, which renders the geometry (rig.yolo.warp_device:
-OpenCV's arithmetic, the same pixels) and applies the colour tail (rig.yolo.hsv_device) batched on
-the training device; then Ultralytics' own normalisation follows. On a CPU both run as
-Ultralytics' OpenCV calls, in the training process.
+rig.yolo.augment.device finishes the batch on the training device.
 
 Validation datasets (no augmentation), datasets whose pipeline is not the stock one (another
 Format, no RandomHSV) and RIG_DEVICE_AUGMENT=0 keep Ultralytics' pipeline untouched.
@@ -26,18 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from rig import flags, log
-from rig.yolo import contract, deferred_steps, ultra, ultracheck, warp_job
+from rig.yolo import contract, ultra, ultracheck
+from rig.yolo.augment import deferred, warp_job
+from rig.yolo.nodecache import cached_dataset
 
 _logger = log.get("trainer")
-KEY = deferred_steps.KEY  # per image: the colour and layout row (rig.yolo.hsv_device.PARAMS)
 SWITCH = "RIG_DEVICE_AUGMENT"  # 0: Ultralytics' own pipeline, all of it in the workers
-HANDED_OVER = ("img", KEY, warp_job.GEOM, warp_job.TILES)  # what `finish` takes from a batch
 PREFIX = "DeviceAugmented"
 
 
@@ -76,16 +73,16 @@ def defer(transforms: Any) -> Any:
     if kept is None:
         pre = cast(contract.Compose, steps[0])
         pre.transforms = [
-            deferred_steps.defer(t, "DeferredMosaic" if type(t) is aug.Mosaic else "DeferredPerspective")
+            deferred.defer(t, "DeferredMosaic" if type(t) is aug.Mosaic else "DeferredPerspective")
             if type(t) in {aug.Mosaic, aug.RandomPerspective}
             else t
             for t in pre.transforms
         ]
-        steps[hsv[0] + 1 : -1] = [deferred_steps.defer(t, "DeferredFlip") for t in steps[hsv[0] + 1 : -1]]
+        steps[hsv[0] + 1 : -1] = [deferred.defer(t, "DeferredFlip") for t in steps[hsv[0] + 1 : -1]]
     else:
         _note_once(f"device augment: {kept}: mosaic and the affine warp stay in the loader workers")
-    steps[hsv[0]] = deferred_steps.defer(steps[hsv[0]], "DeferredHSV")
-    steps[-1] = deferred_steps.defer(steps[-1], "DeferredFormat")
+    steps[hsv[0]] = deferred.defer(steps[hsv[0]], "DeferredHSV")
+    steps[-1] = deferred.defer(steps[-1], "DeferredFormat")
     cast(contract.Compose, transforms).transforms = steps
     return transforms
 
@@ -130,7 +127,7 @@ def __getattr__(name: str) -> Any:
     if name.startswith(PREFIX):
         inner = name.removeprefix(PREFIX)
         if inner.startswith("NodeCached"):
-            base = getattr(importlib.import_module("rig.yolo.nodecache.cached_dataset"), inner)
+            base = getattr(cached_dataset, inner)
         else:
             base = getattr(ultra.data_dataset(), inner, None)
         if base is not None:
@@ -171,7 +168,7 @@ def device_augmented(base: type) -> type:
 def collate(
     batch: list[dict[str, Any]], base_collate: Callable[[list[dict[str, Any]]], dict[str, Any]]
 ) -> dict[str, Any]:
-    """Ultralytics' collate, with the images of a deferred geometry packed (rig.yolo.warp_job.pack)."""
+    """Ultralytics' collate, with the images of a deferred geometry packed (warp_job.pack)."""
     jobs = [b.get("img") for b in batch]
     if not any(isinstance(j, warp_job.WarpJob) for j in jobs):
         return base_collate(batch)
@@ -187,8 +184,8 @@ def collate(
 @contextlib.contextmanager
 def in_use(mode: str, environ: Mapping[str, str] | None = None, announce: bool = True) -> Iterator[None]:
     """While Ultralytics builds the train dataset, the classes it instantiates defer their pixel work
-    (unless RIG_DEVICE_AUGMENT=0). Enter it inside cached_dataset.in_use: it wraps whatever class is
-    there."""
+    (unless RIG_DEVICE_AUGMENT=0). Entered by rig.yolo.augment.building, in its place among the
+    wrappers: it wraps whatever class is there."""
     env = os.environ if environ is None else environ
     if mode != "train":
         yield
@@ -222,46 +219,3 @@ def _note_once(line: str) -> None:
     if line not in _noted and _first_rank(os.environ):
         _logger.info("%s", line)
     _noted.add(line)
-
-
-def images_in(batch: Mapping[str, Any]) -> int:
-    """The number of images in a collated training batch, whatever form its "img" has."""
-    return len(batch["im_file"])
-
-
-def handed_over(batch: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of what `finish` takes from the batch (to time it again on the same data)."""
-    return {k: (v.clone() if k == "img" else v) for k, v in batch.items() if k in HANDED_OVER}
-
-
-def finish(batch: dict[str, Any], device: Any, kernels: str | None = None) -> dict[str, Any]:
-    """A collated training batch as Ultralytics' Format would have stacked it, on device: its "img"
-    (N, C, H, W) uint8 RGB. A batch the workers finished themselves passes through unchanged.
-    kernels: "torch" or "opencv" (None: torch's on an accelerator, Ultralytics' OpenCV calls on a CPU)."""
-    if KEY not in batch:
-        return batch
-    return finish_colour(finish_geometry(batch, device, kernels), device, kernels)
-
-
-def finish_geometry(batch: dict[str, Any], device: Any, kernels: str | None = None) -> dict[str, Any]:
-    """The first part of `finish`: a packed geometry (mosaic, the warp) rendered, "img" (N, H, W, C)
-    uint8 BGR on device; a batch without one passes through."""
-    geometry = batch.pop(warp_job.GEOM, None)
-    if geometry is not None:
-        from rig.yolo import warp_device
-
-        tiles = batch.pop(warp_job.TILES)
-        batch["img"] = warp_device.render(batch["img"], geometry, tiles, device, kernels)
-    return batch
-
-
-def finish_colour(batch: dict[str, Any], device: Any, kernels: str | None = None) -> dict[str, Any]:
-    """The second part of `finish`: HSV, the flips and the layout (rig.yolo.hsv_device.tail)."""
-    rows = batch.pop(KEY)
-    torch: Any = importlib.import_module("torch")
-    from rig.yolo import hsv_device
-
-    params = torch.stack(list(rows)) if isinstance(rows, (list, tuple)) else rows
-    img = batch["img"].to(device, non_blocking=getattr(device, "type", str(device)) not in {"cpu", "mps"})
-    batch["img"] = hsv_device.tail(img, params, kernels)
-    return batch
