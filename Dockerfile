@@ -356,7 +356,7 @@ CMD ["rig", "serve"]
 # service RUNNING and listening on its own port. As nobody, in isolated mode (no current directory or
 # PYTHON* variables on its path): it only reads /run/rig/services.json and /proc/net/tcp. The start
 # period covers a start that re-owns the volumes (RIG_REOWN_BUDGET_S, 60 s). A container that runs
-# another command (`rig train`) serves nothing and reports unhealthy: `docker run --no-healthcheck`.
+# another command (`rig train`) serves nothing: healthy (`rig health` reads PID 1's command line).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
     CMD ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs", \
          "/opt/venv/bin/python", "-I", "-m", "rig", "health"]

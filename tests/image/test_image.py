@@ -94,7 +94,7 @@ def test_the_image_asks_the_runtime_for_its_driver(image: str, stack: str) -> No
 
 
 @pytest.mark.stack
-def test_the_image_carries_its_healthcheck(docker_client: Any, image: str) -> None:
+def test_the_image_carries_its_healthcheck(docker_client: Any, image: str, containers: Containers) -> None:
     """`docker run`, compose and any engine that reads the image's own healthcheck get `rig health`,
     as nobody, in isolated mode (compose.yaml declares none of its own)."""
     check = docker_client.api.inspect_image(image)["Config"]["Healthcheck"]
@@ -106,6 +106,10 @@ def test_the_image_carries_its_healthcheck(docker_client: Any, image: str) -> No
     seconds = {k: check[k] / 1e9 for k in ("Interval", "Timeout", "StartPeriod")}
     assert seconds == {"Interval": 10, "Timeout": 5, "StartPeriod": 60} and check["Retries"] == 3, check
     assert "healthcheck" not in yaml.safe_load((REPO / "compose.yaml").read_text())["services"]["workstation"]
+    # A job's container (`docker run IMAGE rig train ...`) serves nothing: healthy, never stopped for it.
+    job = containers.run(["sleep", "60"])
+    rc, out = containers.exec(job, check["Test"][1:], 30)
+    assert (rc, out.strip()) == (0, "healthy: no services here"), out
 
 
 @pytest.mark.stack

@@ -1,12 +1,17 @@
 """`rig health`: the container's healthcheck. Healthy when every supervised service is RUNNING and
 the sockets listening on its port are the ones the supervisor saw it listen on (services.json names
 their inodes): a port another process holds is unhealthy. One line either way, exit 0 or 1 (Docker's
-HEALTHCHECK contract). It runs as `nobody`, so it reads only services.json and /proc/net/tcp{,6}."""
+HEALTHCHECK contract). A container whose PID 1 runs another command (`docker run IMAGE rig train`)
+serves nothing: healthy, so an orchestrator that acts on health never stops a training job. It runs
+as `nobody`, so it reads only services.json, /proc/1/cmdline and /proc/net/tcp{,6}."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +21,28 @@ from rig.workstation.listening import listeners
 STATE_FILE = paths.SERVICES_STATE
 
 
+def serves(cmdline: Sequence[str]) -> bool:
+    """Whether a command line (PID 1's: tini -- rig exec -- CMD) runs `rig serve`."""
+    return any(os.path.basename(a) == "rig" and b == "serve" for a, b in itertools.pairwise(cmdline))
+
+
+def first_command(proc_root: Path = Path("/proc")) -> list[str] | None:
+    """PID 1's command line; None where it cannot be read (then the services are checked)."""
+    try:
+        raw = (proc_root / "1/cmdline").read_bytes()[:65536]
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
 def check(state_file: Path = STATE_FILE, proc_root: Path = Path("/proc")) -> list[str]:
     """What is wrong; empty when healthy."""
     try:
         services: dict[str, dict[str, Any]] = json.loads(state_file.read_text())
     except (OSError, ValueError):
+        command = first_command(proc_root)
+        if command and not serves(command):
+            return []  # no `rig serve` here (a job's container): nothing to check
         return [f"no service state in {state_file}: is `rig serve` running?"]
     problems = []
     for name, info in services.items():
@@ -41,7 +63,13 @@ def check(state_file: Path = STATE_FILE, proc_root: Path = Path("/proc")) -> lis
 
 def cmd_health(args: argparse.Namespace) -> int:
     problems = check()
-    print("unhealthy: " + "; ".join(problems) if problems else "healthy")
+    command = first_command()
+    idle = not problems and command is not None and not serves(command)
+    print(
+        "unhealthy: " + "; ".join(problems)
+        if problems
+        else "healthy" + (": no services here" if idle else "")
+    )
     return 1 if problems else 0
 
 

@@ -19,6 +19,13 @@ def test_health_reports_what_is_wrong(tmp_path: Path) -> None:
         HEADER + _row("00000000:08AE", LISTEN, 0, 501) + _row("00000000:22B8", LISTEN, 1000, 999)
     )
     assert health.check(state, proc) == [f"no service state in {state}: is `rig serve` running?"]
+    (proc / "1").mkdir()
+    (proc / "1/cmdline").write_bytes(b"/usr/bin/tini\0--\0/opt/venv/bin/rig\0exec\0--\0rig\0serve\0")
+    assert health.check(state, proc) == [f"no service state in {state}: is `rig serve` running?"]
+    # A job's container (`docker run IMAGE rig train ...`) serves nothing: healthy, never stopped for it.
+    (proc / "1/cmdline").write_bytes(b"/usr/bin/tini\0--\0/opt/venv/bin/rig\0exec\0--\0rig\0train\0serve\0")
+    assert health.check(state, proc) == []
+    (proc / "1/cmdline").unlink()
 
     def services(**states: dict[str, object]) -> list[str]:
         state.write_text(json.dumps(states))
