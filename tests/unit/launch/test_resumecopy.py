@@ -149,14 +149,6 @@ def test_the_copy_goes_when_the_launch_it_was_made_for_ends(tmp_path: Path) -> N
     assert not folder.exists()
 
 
-@pytest.fixture
-def plain_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for k in [k for k in os.environ if k.startswith(("SLURM_", "PET_", "RIG_"))]:
-        monkeypatch.delenv(k)
-    for k in (*trainplan.RENDEZVOUS_VARIABLES, "NNODES", "NODE_RANK"):
-        monkeypatch.delenv(k, raising=False)
-
-
 @pytest.mark.parametrize("form", ["resume=True model={last}", "resume={last}"])
 def test_the_ranks_get_the_copy_and_the_dry_run_the_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, plain_env: None, form: str

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from rig import cli, safefs
 from rig.errors import RigError
-from rig.launch import autoresume, checkpoints, nodes, resumecopy, rundir, runpolicy, trainplan
+from rig.launch import autoresume, checkpoints, nodes, resumecopy, rundir, runpolicy
 
 from tests.helpers.fakesys import FakeSys
 
@@ -261,14 +261,6 @@ def test_run_folders_and_checkpoints_are_private_unless_shared_with_a_group(tmp_
 
 
 # --- (6) one line for every bad run name and port ------------------------------------------------
-
-
-@pytest.fixture
-def plain_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for k in [k for k in os.environ if k.startswith(("SLURM_", "PET_", "RIG_"))]:
-        monkeypatch.delenv(k)
-    for k in (*trainplan.RENDEZVOUS_VARIABLES, "NNODES", "NODE_RANK"):
-        monkeypatch.delenv(k, raising=False)
 
 
 def _errors(lines: list[str]) -> list[str]:
