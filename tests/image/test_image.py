@@ -175,7 +175,7 @@ def test_light_commands_load_no_other_command_nor_the_stack(
         volumes={str(SCRIPTS): {"bind": "/tests", "mode": "ro"}},
     )
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["code"] == (1 if runs else 0), out  # health: no `rig serve` here, so unhealthy
+    assert result["code"] == 0, out  # health: no `rig serve` here, nothing to check
     modules = set(result["modules"])
     assert {m for m in modules if m.startswith("rig.commands.")} == ({runs} if runs else set())
     assert not {m for m in modules if m.split(".")[0] in HEAVY}

@@ -58,7 +58,8 @@ def parent() -> int:
     partial, killed_while = [], ""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        tmp = [p.name for p in WDIR.glob(".*.tmp")]
+        # last.pt's or best.pt's write (epochN.pt's is as atomic, but the test is about the two kept)
+        tmp = [p.name for p in WDIR.glob(".*.tmp") if p.name.startswith((".last.pt.", ".best.pt."))]
         for p in WDIR.glob("*.pt"):
             try:
                 size = p.stat().st_size

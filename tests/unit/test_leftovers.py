@@ -44,7 +44,8 @@ def run(tmp_path: Path, *tests: str, workers: int = 0) -> subprocess.CompletedPr
     state.write_text("rig-test-0ther0-stop-12345678_datasets\nyolo-rig-cu121_home\n")
     for what in tests:
         (tmp_path / f"test_{what}.py").write_text(TEST.format(what=what))
-    env = {k: v for k, v in os.environ.items() if k != RUN_ENV}  # the inner run makes its own id
+    # The inner run makes its own id, and is no worker of this one's (xdist's PYTEST_* variables).
+    env = {k: v for k, v in os.environ.items() if k != RUN_ENV and not k.startswith("PYTEST_")}
     env.update(PYTHONPATH=str(REPO), PATH=f"{bin_dir}:{env['PATH']}", FAKE_DOCKER_STATE=str(state))
     xdist = ["-n", str(workers), "--dist", "loadfile"] if workers else ["-p", "no:xdist"]
     return subprocess.run(
