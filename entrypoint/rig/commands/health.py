@@ -37,13 +37,18 @@ def first_command(proc_root: Path = Path("/proc")) -> list[str] | None:
 
 def check(state_file: Path = STATE_FILE, proc_root: Path = Path("/proc")) -> list[str]:
     """What is wrong; empty when healthy."""
+    return verdict(state_file, proc_root)[0]
+
+
+def verdict(state_file: Path = STATE_FILE, proc_root: Path = Path("/proc")) -> tuple[list[str], bool]:
+    """What is wrong (empty when healthy), and whether the container serves nothing to check."""
     try:
         services: dict[str, dict[str, Any]] = json.loads(state_file.read_text())
     except (OSError, ValueError):
         command = first_command(proc_root)
         if command and not serves(command):
-            return []  # no `rig serve` here (a job's container): nothing to check
-        return [f"no service state in {state_file}: is `rig serve` running?"]
+            return [], True  # no `rig serve` here (a job's container): nothing to check
+        return [f"no service state in {state_file}: is `rig serve` running?"], False
     problems = []
     for name, info in services.items():
         if info.get("state") != "running":
@@ -58,13 +63,11 @@ def check(state_file: Path = STATE_FILE, proc_root: Path = Path("/proc")) -> lis
             problems.append(f"port {port} of {name} is held by another process (socket inode {held})")
         elif not found:
             problems.append(f"{name} does not listen on port {port}")
-    return problems
+    return problems, False
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    problems = check()
-    command = first_command()
-    idle = not problems and command is not None and not serves(command)
+    problems, idle = verdict()
     print(
         "unhealthy: " + "; ".join(problems)
         if problems

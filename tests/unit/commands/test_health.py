@@ -24,7 +24,7 @@ def test_health_reports_what_is_wrong(tmp_path: Path) -> None:
     assert health.check(state, proc) == [f"no service state in {state}: is `rig serve` running?"]
     # A job's container (`docker run IMAGE rig train ...`) serves nothing: healthy, never stopped for it.
     (proc / "1/cmdline").write_bytes(b"/usr/bin/tini\0--\0/opt/venv/bin/rig\0exec\0--\0rig\0train\0serve\0")
-    assert health.check(state, proc) == []
+    assert health.check(state, proc) == [] and health.verdict(state, proc) == ([], True)
     (proc / "1/cmdline").unlink()
 
     def services(**states: dict[str, object]) -> list[str]:
