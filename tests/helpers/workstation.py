@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 import requests
 
 from tests.helpers import REPO, SCRIPTS
+from tests.helpers.compose import take_down
 from tests.helpers.containers import IMAGE, free_port
 from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
@@ -39,14 +42,18 @@ class Workstation:
     def jupyter(self) -> str:
         return f"http://127.0.0.1:{self.env['JUPYTER_PORT']}"
 
-    def compose(
-        self, *args: str, timeout: int = 120, check: bool = True, input: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
+    def files(self) -> list[str]:
+        """compose's `-f FILE` arguments: the repository's files and the test's overrides."""
         files = ["-f", str(REPO / "compose.yaml"), "-f", str(REPO / "compose.cpu.yaml")]
         for o in self.overrides:
             files += ["-f", str(o)]
+        return files
+
+    def compose(
+        self, *args: str, timeout: int = 120, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["docker", "compose", "-p", self.project, *files, *args],
+            ["docker", "compose", "-p", self.project, *self.files(), *args],
             env={**os.environ, **self.env},
             cwd=REPO,
             input=input,
@@ -151,6 +158,21 @@ def up(ws: Workstation) -> None:
     ws.compose("up", "-d")
     wait_until(ws.answers, timeout=90, interval=0.2)
     ws.ready_after = time.monotonic() - ws.started_at
+
+
+def down(ws: Workstation, stop_s: int = 30) -> None:
+    """The workstation gone with its volumes and network (tests/helpers/compose.py's take_down)."""
+    take_down(ws.project, *ws.files(), env=ws.env, stop_s=stop_s)
+
+
+@contextlib.contextmanager
+def running(ws: Workstation, stop_s: int = 30) -> Iterator[Workstation]:
+    """The workstation up for the block, and down with its volumes after it, also when it fails."""
+    try:
+        up(ws)
+        yield ws
+    finally:
+        down(ws, stop_s)
 
 
 def as_yolo(ws: Workstation, script: str, timeout: int = 60) -> str:

@@ -27,6 +27,7 @@ from tests.helpers.workstation import (
     Workstation,
     as_yolo,
     restart,
+    running,
     start,
     up,
 )
@@ -45,11 +46,8 @@ PLANT = (
 def ws(image: str) -> Iterator[Workstation]:
     with tempfile.TemporaryDirectory(prefix="harden-") as d:
         ws = start("harden-hostile", Path(d))
-        try:
-            up(ws)
+        with running(ws):
             yield ws
-        finally:
-            ws.compose("down", "-v", "-t", "30", check=False)
 
 
 def write(text: str, path: str) -> str:
@@ -249,8 +247,7 @@ def test_a_full_disk_costs_one_warning_not_the_workstation(image: str, tmp_path:
     override.write_text("services:\n  workstation:\n    tmpfs:\n      - /run/rig:size=64k,mode=755\n")
     ws = start("harden-disk", tmp_path)
     ws.overrides.append(override)
-    try:
-        up(ws)
+    with running(ws):
         before = _container(ws)
         ws.exec("cat /dev/zero > /run/rig/filler 2>/dev/null; true")
         for _ in range(3):  # what yolo may do: kill its own JupyterLab, again and again
@@ -262,8 +259,6 @@ def test_a_full_disk_costs_one_warning_not_the_workstation(image: str, tmp_path:
         ws.exec("rm /run/rig/filler")
         kill_jupyter(ws)
         wait_until(lambda: ws.services()["jupyter"]["state"] == "running", timeout=90, interval=0.5)
-    finally:
-        ws.compose("down", "-v", "-t", "30", check=False)
 
 
 # Forks until the kernel refuses (bounded: at most 1000), then ends every child.
@@ -273,8 +268,7 @@ FORK_BOMB = (SCRIPTS / "fork_bomb.py").read_text()
 # ---- 6, 8: a shared host's limits; what a kernel prints stays one escaped line ---------------------
 def test_limits_and_a_kernel_that_floods_or_forges_the_log(image: str, tmp_path: Path) -> None:
     ws = start("harden-limits", tmp_path, PIDS_LIMIT="200", LOG_MAX_SIZE="1m", LOG_MAX_FILE="2")
-    try:
-        up(ws)
+    with running(ws):
         # A fork bomb as yolo ends at the container's pids limit, not the host's pid_max.
         bomb = as_yolo(ws, f"python -c {shlex.quote(FORK_BOMB)}", timeout=120)
         assert "stopped at" in bomb and "Resource temporarily unavailable" in bomb, bomb
@@ -306,15 +300,12 @@ def test_limits_and_a_kernel_that_floods_or_forges_the_log(image: str, tmp_path:
         assert "INFO jupyter: \\x1b[2K\\rINFO serve: JupyterLab: http://evil.example" in logs
         assert "evil.example" not in ws.exec("cat /run/rig/urls")  # what `make up` prints
         assert len(logs.encode()) < 3 * 1024 * 1024, len(logs)  # two files of 1 MiB kept, not 20 MiB
-    finally:
-        ws.compose("down", "-v", "-t", "30", check=False)
 
 
 # ---- 5: re-owning after a RIG_UID change: any depth, one budget, a WARNING until done -------------
 def test_a_new_rig_uid_takes_over_deep_trees_and_says_what_is_left(image: str, tmp_path: Path) -> None:
     ws = start("harden-reown", tmp_path)
-    try:
-        up(ws)
+    with running(ws):
         deep = "/workspace/deep/" + "d/" * 1201
         as_yolo(
             ws,
@@ -341,8 +332,6 @@ def test_a_new_rig_uid_takes_over_deep_trees_and_says_what_is_left(image: str, t
         )
         assert out.split() == ["writable", "0"], out
         assert "is not finished" not in ws.logs()
-    finally:
-        ws.compose("down", "-v", "-t", "30", check=False)
 
 
 # ---- 9: the smaller items ------------------------------------------------------------------------------

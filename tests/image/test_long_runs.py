@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import TERMINAL, Workstation, start, up
+from tests.helpers.workstation import TERMINAL, Workstation, running, start
 
 pytestmark = pytest.mark.image
 
@@ -28,13 +28,10 @@ TRAIN = (
 def ws(image: str) -> Iterator[Workstation]:
     with tempfile.TemporaryDirectory(prefix="rig-long-") as d:
         ws = start("rig-long", Path(d))
-        try:
-            up(ws)
+        with running(ws):
             made = ws.ssh("rig demo-data /datasets/demo --train 48 --val 8 --imgsz 128", timeout=180)
             assert made.returncode == 0, made.stdout + made.stderr
             yield ws
-        finally:
-            ws.compose("down", "-v", "-t", "30", check=False)
 
 
 def _size(ws: Workstation, path: str) -> int:

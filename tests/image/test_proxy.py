@@ -23,7 +23,7 @@ from tests.helpers.containers import IMAGE, free_port
 from tests.helpers.names import unique
 from tests.helpers.waiting import wait_until
 from tests.helpers.wheels import make_wheel
-from tests.helpers.workstation import KERNEL_CELL, Workstation, start, up
+from tests.helpers.workstation import KERNEL_CELL, Workstation, down, start, up
 
 pytestmark = pytest.mark.image
 
@@ -97,7 +97,7 @@ def ws(site: Path) -> Iterator[tuple[Workstation, str]]:
         yield ws, proxy
     finally:
         subprocess.run(["docker", "rm", "-f", proxy], capture_output=True, timeout=120, check=False)
-        ws.compose("down", "-v", "-t", "20", check=False)
+        down(ws, 20)
 
 
 def test_pip_in_a_session_goes_through_the_proxy_trusting_its_ca(ws: tuple[Workstation, str]) -> None:

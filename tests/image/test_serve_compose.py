@@ -18,7 +18,7 @@ import requests
 
 from tests.helpers.containers import Containers
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import ENV_PROBE, RESULT_LINE, TERMINAL, Workstation, start, up
+from tests.helpers.workstation import ENV_PROBE, RESULT_LINE, TERMINAL, Workstation, running, start, up
 
 pytestmark = pytest.mark.image
 
@@ -39,11 +39,8 @@ def ws(image: str) -> Iterator[Workstation]:
         # Not the image's 1000: the remap of user yolo is exercised by every test below.
         ws = start("rig-test", tmp, RIG_UID="4321", RIG_GID="4322")
         ws.overrides.append(override)
-        try:
-            up(ws)
+        with running(ws, 20):
             yield ws
-        finally:
-            ws.compose("down", "-v", "-t", "20", check=False)
 
 
 # ---- a normal start --------------------------------------------------------------------------------
@@ -212,8 +209,7 @@ def test_host_key_survives_down_up_the_token_does_not_and_stop_is_clean(image: s
     # The key comes from a mounted authorized_keys file this time, not SSH_PUBLIC_KEY.
     ws = start("rig-test-persist", tmp_path, SSH_PASSWORD="correct horse battery", SSH_PUBLIC_KEY="")
     ws.env["SSH_AUTHORIZED_KEYS"] = str(ws.key.with_suffix(".pub"))
-    try:
-        up(ws)  # waits for a key login to work
+    with running(ws, 20):  # up: waits for a key login to work
         key_before, token_before = ws.host_key(), ws.token()
         assert key_before in ws.exec("cat /var/lib/rig/ssh/ssh_host_ed25519_key.pub")
         ok = ws.ssh("echo in", password="correct horse battery")
@@ -228,11 +224,11 @@ def test_host_key_survives_down_up_the_token_does_not_and_stop_is_clean(image: s
         )
         time.sleep(0.5)  # both attached before the stop begins
         started = time.monotonic()
-        down = ws.compose("down", check=False)  # keeps the volumes
+        stopped = ws.compose("down", check=False)  # keeps the volumes
         took = time.monotonic() - started
         exit_code = waiter.communicate(timeout=30)[0].strip()
         log_tail = follower.communicate(timeout=30)[0].rstrip().splitlines()[-3:]
-        assert down.returncode == 0, down.stderr
+        assert stopped.returncode == 0, stopped.stderr
         assert exit_code == "0", log_tail
         assert took < 20, f"down took {took:.1f} s, more than stop_grace_period"
         assert log_tail[-1] == "INFO serve: stopped", log_tail
@@ -240,8 +236,6 @@ def test_host_key_survives_down_up_the_token_does_not_and_stop_is_clean(image: s
         up(ws)
         assert ws.host_key() == key_before
         assert ws.token() != token_before  # a new one at every start (issue 26): a leaked one ends here
-    finally:
-        ws.compose("down", "-v", "-t", "20", check=False)
 
 
 # ---- bad input: one line, a non-zero exit, nothing listening ---------------------------------------

@@ -17,7 +17,7 @@ import requests
 from tests.helpers import SCRIPTS, workstation
 from tests.helpers.containers import Containers, free_port
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import Workstation, as_yolo, restart, start, up
+from tests.helpers.workstation import Workstation, as_yolo, restart, running, start, up
 
 pytestmark = pytest.mark.image
 
@@ -74,11 +74,8 @@ def hws(image: str) -> Iterator[Workstation]:
             "rig-hard", tmp, RIG_UID="4321", RIG_GID="4322", SSH_PASSWORD=PASSWORD, JUPYTER_TOKEN=TOKEN
         )
         ws.overrides.append(override)
-        try:
-            up(ws)
+        with running(ws):
             yield ws
-        finally:
-            ws.compose("down", "-v", "-t", "30", check=False)
 
 
 def warnings_in(log: str) -> list[str]:
@@ -366,8 +363,7 @@ def test_what_a_user_leaves_never_wedges_the_start(hws: Workstation, plant: str,
 # ---- 12: a new RIG_UID re-owns what yolo owned, following no link ------------------------------------
 def test_a_new_rig_uid_takes_over_runs_and_notebooks(image: str, tmp_path: Path) -> None:
     ws = start("rig-uid", tmp_path, RIG_UID="4321", RIG_GID="4322")
-    try:
-        up(ws)
+    with running(ws):
         as_yolo(ws, "mkdir -p /workspace/runs/detect/train && echo w > /workspace/runs/detect/train/last.pt")
         as_yolo(ws, "ln -s /opt/venv /workspace/venv-link && ln -s /etc/passwd /workspace/runs/passwd-link")
         ws.compose("down", "-t", "30")  # keeps the volumes
@@ -385,5 +381,3 @@ def test_a_new_rig_uid_takes_over_runs_and_notebooks(image: str, tmp_path: Path)
             "/etc/passwd 0:0 644",
         ]
         assert "gave " in ws.logs() and "to uid 5555 gid 5556" in ws.logs()
-    finally:
-        ws.compose("down", "-v", "-t", "30", check=False)

@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import SCRIPTS
 from tests.helpers.waiting import wait_until
-from tests.helpers.workstation import KERNEL_CELL, TERMINAL, Workstation, start, up
+from tests.helpers.workstation import KERNEL_CELL, TERMINAL, Workstation, running, start, up
 
 pytestmark = pytest.mark.image
 
@@ -33,11 +33,8 @@ LOADER_JOB = (SCRIPTS / "loader_job.py").read_text()
 def ws(image: str) -> Iterator[Workstation]:
     with tempfile.TemporaryDirectory(prefix="rig-test-") as d:
         ws = start("rig-test-stop", Path(d))
-        try:
-            up(ws)
+        with running(ws):
             yield ws
-        finally:
-            ws.compose("down", "-v", "-t", "30", check=False)
 
 
 def _in_container(ws: Workstation, script: str, *args: str, timeout: int = 90) -> str:

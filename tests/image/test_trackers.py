@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO
-from tests.helpers.workstation import Workstation, start, up
+from tests.helpers.workstation import Workstation, running, start
 
 pytestmark = [pytest.mark.image, pytest.mark.slow]
 
@@ -45,11 +45,8 @@ def ws(image: str) -> Iterator[Workstation]:
     with tempfile.TemporaryDirectory(prefix="trackers-test-") as d:
         ca = {"CA_BUNDLE": str(HOST_CA)} if HOST_CA.exists() else {}
         w = start("trackers-test", Path(d), **ca)
-        try:
-            up(w)
+        with running(w, 20):
             yield w
-        finally:
-            w.compose("down", "-v", "-t", "20", check=False)
 
 
 def test_mlflow_installed_as_a_user_does_tracks_a_run_offline(ws: Workstation, image: str) -> None:

@@ -19,7 +19,7 @@ from tests.helpers.containers import Containers, free_port
 from tests.helpers.lock import locked_versions
 from tests.helpers.waiting import wait_until
 from tests.helpers.wheels import make_wheel
-from tests.helpers.workstation import KERNEL_CELL, TERMINAL, Workstation, start, up
+from tests.helpers.workstation import KERNEL_CELL, TERMINAL, Workstation, running, start, up
 from tools import ultralytics_releases
 
 pytestmark = pytest.mark.image
@@ -72,13 +72,10 @@ def ws(image: str) -> Iterator[Workstation]:
         for name, requires in (("rigdemo", ()), ("rignotebook", ()), ("rigneedsnew", ("numpy>=99",))):
             make_wheel(wheels, name, requires=requires)
         ws = start("userbox-test", tmp, RIG_UID="4321", RIG_GID="4322")
-        try:
-            up(ws)
+        with running(ws, 20):
             ws.compose("cp", str(wheels), "workstation:/tmp/wheels")
             ws.exec("chmod -R a+rX /tmp/wheels")
             yield ws
-        finally:
-            ws.compose("down", "-v", "-t", "20", check=False)
 
 
 def kernel(ws: Workstation, code: str) -> str:
